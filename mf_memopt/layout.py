@@ -1,0 +1,162 @@
+"""Pipeline layout: which layers each pipeline stage and interleave chunk holds.
+
+MindFormers places layers in chunk-major order: chunk 0 of stage 0, 1, ..., pp-1, then
+chunk 1 of every stage, and so on. Each (chunk, stage) holds
+`num_layers // (pp * interleave) + offset[chunk][stage]` layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import accumulate
+from typing import Any
+
+from .errors import ConfigIssue
+from .source import KeyPath, Source
+
+NUM_LAYERS: KeyPath = ("model", "model_config", "num_layers")
+INTERLEAVE: KeyPath = ("model", "model_config", "pp_interleave_num")
+OFFSET: KeyPath = ("model", "model_config", "offset")
+PIPELINE_STAGE: KeyPath = ("parallel_config", "pipeline_stage")
+PIPELINE_CONFIG: KeyPath = ("parallel", "pipeline_config")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """Layer counts per (chunk, stage); `chunk_sizes[chunk][stage]`."""
+
+    num_layers: int
+    stages: int
+    chunks: int
+    chunk_sizes: tuple[tuple[int, ...], ...]
+
+    @classmethod
+    def single_stage(cls, num_layers: int) -> Layout:
+        return cls(num_layers=num_layers, stages=1, chunks=1, chunk_sizes=((num_layers,),))
+
+    @cached_property
+    def _starts(self) -> tuple[tuple[int, ...], ...]:
+        flat = [size for row in self.chunk_sizes for size in row]
+        starts = [0, *accumulate(flat)][:-1]
+        return tuple(tuple(starts[v * self.stages:(v + 1) * self.stages]) for v in range(self.chunks))
+
+    @cached_property
+    def _positions(self) -> tuple[tuple[int, int], ...]:
+        positions = []
+        for chunk in range(self.chunks):
+            for stage in range(self.stages):
+                positions.extend([(stage, chunk)] * self.chunk_sizes[chunk][stage])
+        return tuple(positions)
+
+    def chunk_layers(self, chunk: int, stage: int) -> range:
+        start = self._starts[chunk][stage]
+        return range(start, start + self.chunk_sizes[chunk][stage])
+
+    def position(self, layer: int) -> tuple[int, int]:
+        """(stage, chunk) of a global layer index."""
+        return self._positions[layer]
+
+    def stage_size(self, stage: int) -> int:
+        return sum(row[stage] for row in self.chunk_sizes)
+
+    def chunk_counts(self, layers: frozenset[int]) -> list[list[int]]:
+        """How many of `layers` each (chunk, stage) holds: MindFormers' 'Formative' form."""
+        return [[sum(1 for layer in self.chunk_layers(v, p) if layer in layers) for p in range(self.stages)]
+                for v in range(self.chunks)]
+
+
+def layout_from(source: Source, issues: list[ConfigIssue]) -> Layout | None:
+    """Read the layout keys; append problems to `issues`; None when it cannot be built."""
+    num_layers = source.get(NUM_LAYERS)
+    if num_layers is None:
+        issues.append(source.issue(NUM_LAYERS, "missing: the plan needs the number of decoder layers",
+                                   "set model.model_config.num_layers"))
+        return None
+    stages = source.get(PIPELINE_STAGE, 1)
+    chunks = _interleave(source, issues)
+    offset = source.get(OFFSET, 0)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (num_layers, stages, chunks)):
+        return None  # the schema has already reported it
+    _reject_unsupported_scheduler(source, issues)
+    sizes = _chunk_sizes(source, num_layers, stages, chunks, offset, issues)
+    if sizes is None:
+        return None
+    return Layout(num_layers=num_layers, stages=stages, chunks=chunks, chunk_sizes=sizes)
+
+
+def _interleave(source: Source, issues: list[ConfigIssue]) -> Any:
+    chunks = source.get(INTERLEAVE, 1)
+    enabled = source.get((*PIPELINE_CONFIG, "pipeline_interleave"), False)
+    if isinstance(chunks, int) and chunks > 1 and enabled is not True:
+        issues.append(source.issue(
+            INTERLEAVE, f"pp_interleave_num is {chunks} but interleaved pipelining is off, so MindFormers "
+            "uses 1 chunk per stage and so does this plan",
+            "set parallel.pipeline_config.pipeline_interleave: true to use interleave chunks",
+            severity="warning"))
+        return 1
+    return chunks
+
+
+def _reject_unsupported_scheduler(source: Source, issues: list[ConfigIssue]) -> None:
+    path = (*PIPELINE_CONFIG, "pipeline_scheduler")
+    if source.get(path) == "zero_bubble_v":
+        issues.append(source.issue(path, "the zero_bubble_v layer order is not supported by the planner",
+                                   "use the 1f1b scheduler, or plan without pipeline interleave"))
+
+
+def _chunk_sizes(source: Source, num_layers: int, stages: int, chunks: int, offset: Any,
+                 issues: list[ConfigIssue]) -> tuple[tuple[int, ...], ...] | None:
+    total = stages * chunks
+    if total == 1:
+        if offset not in (0, [0], [[0]], [], None):
+            issues.append(source.issue(OFFSET, "offset is ignored with a single pipeline stage",
+                                       "remove it or set parallel_config.pipeline_stage", severity="warning"))
+        return ((num_layers,),)
+    grid = _offset_grid(source, offset, stages, chunks, issues)
+    if grid is None:
+        return None
+    base, remainder = divmod(num_layers, total)
+    added = sum(sum(row) for row in grid)
+    if added != remainder:
+        issues.append(source.issue(
+            OFFSET, f"the offsets add {added} layers over all stages and chunks, but num_layers "
+            f"({num_layers}) % (pipeline_stage ({stages}) * pp_interleave_num ({chunks})) = {remainder}",
+            f"make the offsets add up to {remainder}; an integer or a per-stage list is repeated for every chunk"))
+        return None
+    sizes = tuple(tuple(base + extra for extra in row) for row in grid)
+    return sizes if _sizes_valid(source, sizes, issues) else None
+
+
+def _offset_grid(source: Source, offset: Any, stages: int, chunks: int,
+                 issues: list[ConfigIssue]) -> list[list[int]] | None:
+    if isinstance(offset, int) and not isinstance(offset, bool):
+        return [[offset] * stages for _ in range(chunks)]
+    if not isinstance(offset, list):
+        return None  # reported by the schema
+    if offset and all(isinstance(row, list) for row in offset):
+        if len(offset) != chunks or any(len(row) != stages for row in offset):
+            issues.append(source.issue(
+                OFFSET, f"a 2-D offset needs {chunks} rows (pp_interleave_num) of {stages} values "
+                f"(pipeline_stage), got {[len(row) for row in offset]}"))
+            return None
+        return [list(row) for row in offset]
+    if len(offset) != stages:
+        issues.append(source.issue(
+            OFFSET, f"offset has {len(offset)} values, expected one per pipeline stage ({stages})"))
+        return None
+    return [list(offset) for _ in range(chunks)]
+
+
+def _sizes_valid(source: Source, sizes: tuple[tuple[int, ...], ...], issues: list[ConfigIssue]) -> bool:
+    flat = [(v, p, size) for v, row in enumerate(sizes) for p, size in enumerate(row)]
+    bad = []
+    for index, (v, p, size) in enumerate(flat):
+        minimum = 0 if index in (0, len(flat) - 1) else 1
+        if size < minimum:
+            bad.append(f"chunk {v} of stage {p} gets {size}")
+    if bad:
+        issues.append(source.issue(
+            OFFSET, f"these pipeline stages get too few layers: {', '.join(bad)}",
+            "every stage but the first and last needs at least one layer; lower the negative offsets"))
+    return not bad
