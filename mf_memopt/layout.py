@@ -32,8 +32,12 @@ class Layout:
     chunk_sizes: tuple[tuple[int, ...], ...]
 
     @classmethod
-    def single_stage(cls, num_layers: int) -> Layout:
-        return cls(num_layers=num_layers, stages=1, chunks=1, chunk_sizes=((num_layers,),))
+    def even(cls, num_layers: int, stages: int = 1, chunks: int = 1) -> Layout:
+        """Layers spread as evenly as possible, extra layers to the first chunks (no offsets)."""
+        base, extra = divmod(num_layers, stages * chunks)
+        flat = [base + (1 if index < extra else 0) for index in range(stages * chunks)]
+        sizes = tuple(tuple(flat[v * stages:(v + 1) * stages]) for v in range(chunks))
+        return cls(num_layers=num_layers, stages=stages, chunks=chunks, chunk_sizes=sizes)
 
     @cached_property
     def _starts(self) -> tuple[tuple[int, ...], ...]:
@@ -81,7 +85,8 @@ def layout_from(source: Source, issues: list[ConfigIssue]) -> Layout | None:
     _reject_unsupported_scheduler(source, issues)
     sizes = _chunk_sizes(source, num_layers, stages, chunks, offset, issues)
     if sizes is None:
-        return None
+        # The offsets were reported; an even layout still lets the other keys be checked.
+        return Layout.even(num_layers, stages, chunks)
     return Layout(num_layers=num_layers, stages=stages, chunks=chunks, chunk_sizes=sizes)
 
 

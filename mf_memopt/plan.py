@@ -129,5 +129,6 @@ class Plan:
             "num_layers": self.num_layers,
             "layers": [layer.to_dict() for layer in self.layers],
             "conflicts": [conflict.to_dict() for conflict in self.conflicts],
-            "warnings": [warning.render() for warning in self.warnings],
+            "warnings": [{key: value for key, value in warning.to_dict().items() if key not in ("file", "severity")}
+                         for warning in self.warnings],
         }

@@ -65,10 +65,10 @@ def summary(plan: Plan) -> str:
     comm = sum(1 for layer in layers if layer.select_comm_recompute)
     swapped = sum(1 for layer in layers if layer.layer_swap or layer.op_swap)
     layout = plan.layout
-    swap = f"swap on ({swapped} layers swapped)" if plan.swap else "swap off"
-    return (f"{plan.file}: valid: {plan.num_layers} layers, {layout.stages} pipeline stage(s) x "
-            f"{layout.chunks} chunk(s); full recompute on {full} layers, select recompute on {select}, "
-            f"comm recompute on {comm}; {swap}; {_count(len(plan.conflicts), 'conflict')} resolved, "
+    swap = f"swap on ({_count(swapped, 'layer')} swapped)" if plan.swap else "swap off"
+    return (f"{plan.file}: valid: {_count(plan.num_layers, 'layer')} in {_count(layout.stages, 'pipeline stage')}"
+            f" x {_count(layout.chunks, 'chunk')}; layers with full recompute: {full}, select recompute: "
+            f"{select}, comm recompute: {comm}; {swap}; {_count(len(plan.conflicts), 'conflict')} resolved, "
             f"{_count(len(plan.warnings), 'warning')}")
 
 

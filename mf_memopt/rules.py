@@ -224,9 +224,11 @@ def _entries(reader: _Reader, section: dict, key: str) -> list[tuple[dict, KeyPa
     value = section.get(key)
     if isinstance(value, dict):
         listed = [(value, (*SWAP, key))]
+    elif isinstance(value, list):
+        listed = [(entry, (*SWAP, key, index)) for index, entry in enumerate(value)]
     else:
-        listed = [(entry, (*SWAP, key, index)) for index, entry in enumerate(value or [])]
-    return [(entry, path) for entry, path in listed if not reader.blocked(path)]
+        listed = []
+    return [(entry, path) for entry, path in listed if isinstance(entry, dict) and not reader.blocked(path)]
 
 
 def _default_strategy(reader: _Reader, section: dict) -> SwapRule:

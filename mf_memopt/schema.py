@@ -87,8 +87,9 @@ def _explain_alternatives(source: Source, error: ValidationError) -> Iterator[Co
         branches.setdefault(sub.relative_schema_path[0], []).append(sub)
     viable = [subs for subs in branches.values() if not any(_rejects_kind(sub, here) for sub in subs)]
     if len(viable) == 1 or (viable and _single_deepest(viable)):
-        best = max((sub for subs in viable for sub in subs), key=_relevance)
-        yield from _explain(source, best, title)
+        chosen = max(viable, key=lambda subs: max(map(_relevance, subs)))
+        for sub in chosen:
+            yield from _explain(source, sub, title)
         return
     yield _issue(source, error, f"expected {title}, got {_describe(error.instance)}", _mode_hint(error))
 

@@ -65,8 +65,9 @@ def load_source(config: str | Path | Mapping[str, Any]) -> Source:
 
 
 def parse_yaml(text: str, file: str) -> Source:
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)
         node = loader.get_single_node()
         lines: dict[KeyPath, int] = {}
         issues: list[ConfigIssue] = []
@@ -79,7 +80,8 @@ def parse_yaml(text: str, file: str) -> Source:
                                        message=f"invalid YAML: {problem}",
                                        hint=_yaml_hint(problem))]) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if not isinstance(data, dict):
         issues.append(ConfigIssue(file=file, line=1, path="",
                                   message="the document must be a mapping of sections"))

@@ -1,0 +1,91 @@
+"""Random YAML-shaped input: the only exception that may escape is ConfigError, and nothing hangs."""
+
+from __future__ import annotations
+
+import signal
+from contextlib import contextmanager
+
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mf_memopt import ConfigError, Plan, load_plan
+from mf_memopt.source import parse_yaml
+
+KEYS = ["recompute", "select_recompute", "select_comm_recompute", "select_recompute_exclude",
+        "select_comm_recompute_exclude", "recompute_slice_activation", "mp_comm_recompute",
+        "parallel_optimizer_comm_recompute", "swap", "default_prefetch", "layer_swap", "op_swap", "op_name",
+        "backward_prefetch", "layers"]
+PATTERNS = ["feed_forward", "attention", "feed_forward\\.mul", ".*\\.norm", "feed_forward\\..*", "(", "a\\.",
+            "w1", "[", "Auto", "auto", ""]
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 10), st.integers(-2**40, 2**40),
+                    st.floats(allow_nan=True), st.sampled_from(PATTERNS), st.text(max_size=8))
+values = st.recursive(scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=5),
+    st.dictionaries(st.one_of(st.sampled_from(KEYS + PATTERNS), st.text(max_size=5)), inner, max_size=5)),
+    max_leaves=25)
+sections = st.one_of(values, st.dictionaries(st.sampled_from(KEYS), values, max_size=6))
+swap_sections = st.one_of(sections, st.fixed_dictionaries({"swap": st.just(True)},
+                                                          optional={key: values for key in KEYS if key != "swap"}))
+
+
+@contextmanager
+def _deadline(seconds: int):
+    def _hung(*_):
+        raise TimeoutError(f"no answer within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, _hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _load_or_config_error(document):
+    with _deadline(10):
+        try:
+            return load_plan(document)
+        except ConfigError as error:
+            assert error.issues and all(issue.severity == "error" for issue in error.issues)
+            return error
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(num_layers=st.one_of(st.integers(1, 48), values), stages=st.one_of(st.integers(1, 6), values),
+       offset=st.one_of(st.just(0), values), recompute=sections, swap=swap_sections)
+def test_random_sections_raise_only_config_error(num_layers, stages, offset, recompute, swap):
+    document = {"model": {"model_config": {"num_layers": num_layers, "offset": offset}},
+                "parallel_config": {"pipeline_stage": stages},
+                "recompute_config": recompute, "swap_config": swap}
+    result = _load_or_config_error(document)
+    assert isinstance(result, (Plan, ConfigError))
+    if isinstance(result, Plan):
+        assert len(result.layers) == num_layers
+
+
+@settings(max_examples=200, deadline=None)
+@given(recompute=sections, swap=swap_sections)
+def test_random_yaml_text_raises_only_config_error(recompute, swap):
+    try:
+        text = yaml.safe_dump({"model": {"model_config": {"num_layers": 4}}, "recompute_config": recompute,
+                               "swap_config": swap})
+    except yaml.YAMLError:
+        return
+    with _deadline(10):
+        try:
+            load_plan(parse_yaml(text, "fuzz.yaml").data)
+        except ConfigError:
+            pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(max_size=200))
+def test_arbitrary_text_raises_only_config_error(text):
+    with _deadline(10):
+        try:
+            parse_yaml(text, "fuzz.yaml")
+        except ConfigError:
+            pass
