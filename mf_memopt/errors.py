@@ -67,9 +67,9 @@ def raise_if_errors(issues: Iterable[ConfigIssue]) -> None:
         raise ConfigError(errors)
 
 
-def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
+def did_you_mean(word: str, choices: Iterable[str], cutoff: float = 0.6) -> str | None:
     """A hint naming the closest known spelling, or None when nothing is close."""
-    matches = difflib.get_close_matches(str(word), sorted(choices), n=1, cutoff=0.6)
+    matches = difflib.get_close_matches(str(word), sorted(choices), n=1, cutoff=cutoff)
     return f"did you mean `{matches[0]}`?" if matches else None
 
 

@@ -1,0 +1,120 @@
+"""`apply_plan`: set the plan's recompute and offload attributes on a model's decoder layers.
+
+Every pattern is resolved against the real cells first; if anything is wrong, one
+`ConfigError` lists it all and no attribute has been set. Then the attributes are set,
+one log line per layer and kind in the seed documents' form, and an `ApplyReport` lists
+every cell and primitive that was touched.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import cells
+from .actions import Action, LayerActions, Skip, layer_actions
+from .errors import ConfigError, ConfigIssue
+from .logs import LOGGER, layer_lines
+from .plan import Plan
+from .render import formative_lines
+
+CPU_OFFLOAD_NOTE = ("Offload attributes are recorded in the compiled graph, but only the Ascend backend moves "
+                    "activations to host memory: on {device} nothing is swapped")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApplyReport:
+    device_target: str | None
+    actions: tuple[Action, ...]
+    skipped: tuple[Skip, ...]
+    log_lines: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return {"device_target": self.device_target, "set": [action.to_dict() for action in self.actions],
+                "not_offloaded": [skip.to_dict() for skip in self.skipped], "log": list(self.log_lines)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+
+def apply_plan(plan: Plan, model_or_layers: Any, *, device_target: str | None = None) -> ApplyReport:
+    """Apply `plan` to a MindFormers causal LM, or to its decoder layers given in order."""
+    layers = find_layers(model_or_layers, plan)
+    issues: list[ConfigIssue] = []
+    per_layer = [layer_actions(layer_plan, layer, plan.rules.options, plan.file, issues)
+                 for layer_plan, layer in zip(plan.layers, layers)]
+    if issues:
+        raise ConfigError(issues)
+    device = device_target or _current_device()
+    lines = _log(formative_lines(plan))
+    lines += _log([warning.render() for warning in plan.warnings], logging.WARNING)
+    lines += _log([f"Resolved: {conflict.message()}" for conflict in plan.conflicts])
+    for actions in per_layer:
+        _execute(actions)
+        lines += _log(layer_lines(actions))
+    if device != "Ascend" and any(actions.offload for actions in per_layer):
+        lines += _log([CPU_OFFLOAD_NOTE.format(device=device or "this backend")], logging.WARNING)
+    return ApplyReport(device_target=device,
+                       actions=tuple(action for actions in per_layer for action in [*actions.recompute,
+                                                                                   *actions.offload]),
+                       skipped=tuple(skip for actions in per_layer for skip in actions.skipped),
+                       log_lines=tuple(lines))
+
+
+def find_layers(model_or_layers: Any, plan: Plan) -> list[Any]:
+    """The decoder layers, in order: the sequence given, or the first `layers` cell list of the model."""
+    if isinstance(model_or_layers, Sequence):
+        layers = list(model_or_layers)
+    else:
+        layers = _layer_list(model_or_layers)
+        if layers is None:
+            raise ConfigError([ConfigIssue(
+                file=plan.file, line=None, path="model",
+                message=f"found no decoder layers (a child cell list named `layers`) in {cells.type_name(model_or_layers)}",
+                hint="pass the decoder layers to apply_plan as a list")])
+    if len(layers) != plan.num_layers:
+        raise ConfigError([ConfigIssue(
+            file=plan.file, line=None, path="model.model_config.num_layers",
+            message=f"the model has {len(layers)} decoder layers but the plan has {plan.num_layers}",
+            hint="plan and build the model from the same YAML")])
+    return layers
+
+
+def _layer_list(cell: Any) -> list[Any] | None:
+    pending = [cell]
+    while pending:
+        current = pending.pop(0)
+        for name, child in cells.children(current):
+            if name == "layers" and cells.children(child):
+                return [layer for _, layer in cells.children(child)]
+            pending.append(child)
+    return None
+
+
+def _execute(actions: LayerActions) -> None:
+    for action in actions.recompute:
+        if action.setting == "recompute_cell":
+            cells.recompute_cell(action.obj, **action.value)
+        elif action.setting == "recompute":
+            cells.recompute_primitive(action.obj, action.value)
+        else:
+            cells.set_comm_recompute(action.obj, action.value)
+    for action in actions.offload:
+        cells.offload_primitive(action.obj, action.value)
+
+
+def _log(lines: list[str], level: int = logging.INFO) -> list[str]:
+    for line in lines:
+        LOGGER.log(level, line)
+    return lines
+
+
+def _current_device() -> str | None:
+    try:
+        import mindspore
+    except ImportError:
+        return None
+    return mindspore.get_context("device_target")

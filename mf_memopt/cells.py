@@ -1,0 +1,68 @@
+"""The few things mf_memopt does to MindSpore cells and primitives, in one place.
+
+Cells are walked through `_cells` and `_primitives`, the same registries MindSpore's own
+`Cell.offload` and `Cell.recompute` use; nothing else of a cell is ever looked at, so a
+pattern can never reach a dunder, a method or a non-primitive attribute. Tests pass fake
+cells that offer the same attributes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+Prefetch = int | str
+
+
+def children(cell: Any) -> list[tuple[str, Any]]:
+    return [(name, child) for name, child in cell._cells.items() if child is not None]
+
+
+def primitives(cell: Any) -> list[tuple[str, Any]]:
+    return [(name, prim) for name, prim in cell._primitives.items() if prim is not None]
+
+
+def walk_primitives(cell: Any, prefix: str = "") -> Iterator[tuple[str, Any, tuple[Any, ...]]]:
+    """(dotted path, primitive, ancestor cells from `cell` down) for every primitive below `cell`."""
+    yield from _walk(cell, prefix, (cell,))
+
+
+def _walk(cell: Any, prefix: str, ancestors: tuple[Any, ...]) -> Iterator[tuple[str, Any, tuple[Any, ...]]]:
+    for name, prim in primitives(cell):
+        yield join(prefix, name), prim, ancestors
+    for name, child in children(cell):
+        yield from _walk(child, join(prefix, name), (*ancestors, child))
+
+
+def join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def type_name(obj: Any) -> str:
+    return type(obj).__name__
+
+
+def is_recompute_scoped(cell: Any) -> bool:
+    """Whether `Cell.recompute` already marked this cell (its scope gets a `recompute_` prefix)."""
+    return bool(getattr(cell, "_has_config_recompute", False))
+
+
+def primitive_recompute(prim: Any) -> bool | None:
+    value = prim.attrs.get("recompute")
+    return None if value is None else bool(value)
+
+
+def recompute_cell(cell: Any, **options: bool) -> None:
+    cell.recompute(**options)
+
+
+def recompute_primitive(prim: Any, on: bool) -> None:
+    prim.recompute(on)
+
+
+def set_comm_recompute(prim: Any, on: bool) -> None:
+    prim.add_prim_attr("recompute_comm_op", on)
+
+
+def offload_primitive(prim: Any, prefetch: Prefetch) -> None:
+    prim._offload(backward_prefetch=prefetch)
