@@ -75,8 +75,22 @@ def layer_actions(plan: LayerPlan, layer: Any, options: RecomputeOptions, file: 
                 matches = _primitives_only(matches, kind, plan.layer, use, file, issues)
             result.matched.setdefault(kind, []).append((use, matches))
             result.recompute += _recompute_actions(kind, plan.layer, use, matches)
+    result.recompute = _final_settings(result.recompute)
     _offload_actions(plan, layer, result, file, issues)
     return result
+
+
+def _final_settings(actions: list[Action]) -> list[Action]:
+    """One action per object and setting, the last one winning (excludes come after selects).
+
+    A primitive's recompute can be set only once (see cells.recompute_primitive), and an
+    exclusion must win over the selection it carves out of.
+    """
+    final: dict[tuple[int, str], Action] = {}
+    for action in actions:
+        final.pop((id(action.obj), action.setting), None)
+        final[(id(action.obj), action.setting)] = action
+    return list(final.values())
 
 
 DEFAULT_STRATEGY_HINT = ("the default swap strategy swaps attention.flash_attention, which exists only with "

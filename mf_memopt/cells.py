@@ -57,7 +57,9 @@ def recompute_cell(cell: Any, **options: bool) -> None:
 
 
 def recompute_primitive(prim: Any, on: bool) -> None:
-    prim.recompute(on)
+    # Primitive.recompute stores `recompute` in the instance dict, which shadows the method
+    # once it has been called (by us or by the model's own code): call it through the class.
+    type(prim).recompute(prim, on)
 
 
 def set_comm_recompute(prim: Any, on: bool) -> None:
@@ -65,4 +67,4 @@ def set_comm_recompute(prim: Any, on: bool) -> None:
 
 
 def offload_primitive(prim: Any, prefetch: Prefetch) -> None:
-    prim._offload(backward_prefetch=prefetch)
+    type(prim)._offload(prim, backward_prefetch=prefetch)

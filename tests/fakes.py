@@ -9,17 +9,18 @@ class FakePrim:
         self.attrs: dict = {}
 
     def recompute(self, mode: bool = True):
-        self.attrs["recompute"] = mode
-        return self
+        return self.add_prim_attr("recompute", mode)
 
     def add_prim_attr(self, name, value):
+        # Like MindSpore: the attribute also lands in the instance dict, shadowing a method
+        # of the same name (a second `prim.recompute(...)` call then fails).
+        self.__dict__[name] = value
         self.attrs[name] = value
         return self
 
     def _offload(self, backward_prefetch="Auto"):
-        self.attrs["offload"] = True
-        self.attrs["backward_prefetch"] = backward_prefetch
-        return self
+        self.add_prim_attr("offload", True)
+        return self.add_prim_attr("backward_prefetch", backward_prefetch)
 
 
 class FakeCell:
