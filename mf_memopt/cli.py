@@ -36,6 +36,13 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("config", help="MindFormers training YAML")
         command.add_argument("--strict", action="store_true",
                              help="treat conflicts between rules as errors instead of resolving them")
+    check = commands.add_parser("verify", help="compile the training graph (without running it) and check that "
+                                               "its recompute and offload marks are the plan's")
+    check.add_argument("config", help="MindFormers training YAML (one the launcher can train)")
+    check.add_argument("--json", action="store_true", help="print the result as JSON")
+    check.add_argument("--ir-dir", help="keep the compiled IR in this directory")
+    check.add_argument("--strict", action="store_true", help="also fail on rule-2 conflicts")
+    check.set_defaults(run=_verify)
     return parser
 
 
@@ -63,3 +70,13 @@ def _plan(args: argparse.Namespace) -> int:
     for conflict in plan.conflicts:
         print(f"conflict: {conflict.message()}")
     return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from .verify import verify, verify_table
+
+    result = verify(args.config, ir_dir=args.ir_dir)
+    print(json.dumps(result.to_dict(), indent=2) if args.json else verify_table(result))
+    if not result.agrees:
+        return 1
+    return 1 if args.strict and result.rule2 else 0

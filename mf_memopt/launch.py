@@ -8,21 +8,15 @@ downloaded; the apply report is written as JSON next to the logs.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from statistics import mean
-from typing import Any
 
-from .apply import apply_plan
-from .config import plan_source
-from .context import lazy_inline_policy, setup_context
 from .errors import ConfigError
 from .logs import LOGGER, configure_logging
-from .model import build_model, read_config
-from .source import load_source
-from .train import batches, build_optimizer, synthetic_tokens, train
+from .session import prepare
+from .train import train
 
 DEFAULT_STEPS = 20
 
@@ -65,42 +59,15 @@ def _flag(text: str) -> bool:
 
 
 def _run(args: argparse.Namespace) -> int:
-    source = load_source(args.config)
-    plan = plan_source(source, strict=args.strict)
-    config = read_config(args.config)
-    if plan.layout.stages > 1:
-        raise SystemExit(f"{args.config}: pipeline_stage is {plan.layout.stages}; this launcher trains with data "
-                         "parallelism only (plan pipeline configs with `python -m mf_memopt plan`)")
-    use_parallel = bool(source.get(("use_parallel",), False)) if args.use_parallel is None else args.use_parallel
-    workers = int(os.environ.get("MS_WORKER_NUM", "1"))
-    if workers > 1 and not use_parallel:
-        LOGGER.warning(f"{workers} workers train the same model independently because use_parallel is False; "
-                       "pass --use_parallel True for data-parallel training")
-    # The YAML as written: MindFormerConfig adds template defaults (max_device_memory, ...).
-    run = setup_context(source.get(("context",)), use_parallel=use_parallel)
-    lazy_inline_policy(plan.swap, plan.layout.stages, run.device_target)
-    model_config = config.model.model_config
-    built = build_model(config, device_target=run.device_target)
-    report = apply_plan(plan, built.network, device_target=run.device_target)
-    output = Path(args.output_dir or config.output_dir or "output")
+    session = prepare(args.config, strict=args.strict, use_parallel=args.use_parallel)
+    output = Path(args.output_dir or session.config.output_dir or "output")
     output.mkdir(parents=True, exist_ok=True)
-    report_path = output / (f"apply_report_rank{run.rank}.json" if run.world_size > 1 else "apply_report.json")
-    report_path.write_text(report.to_json() + "\n")
-    LOGGER.info(f"apply report written to {report_path}")
-    samples = _samples(config, model_config)
-    optimizer = build_optimizer(config.optimizer, built.network.trainable_params())
+    name = f"apply_report_rank{session.run.rank}.json" if session.run.world_size > 1 else "apply_report.json"
+    (output / name).write_text(session.report.to_json() + "\n")
+    LOGGER.info(f"apply report written to {output / name}")
     steps = args.train_steps or DEFAULT_STEPS
-    records = train(built.network, optimizer, batches(samples, model_config.batch_size, run.rank, run.world_size),
-                    steps)
+    records = train(session.network, session.optimizer(), session.data(), steps)
     later = [record.milliseconds for record in records[1:]] or [records[0].milliseconds]
     LOGGER.info(f"training finished: {steps} steps, loss {records[0].loss:.4f} -> {records[-1].loss:.4f}, "
                 f"mean step time after the first {mean(later):.1f} ms")
     return 0
-
-
-def _samples(config: Any, model_config: Any):
-    loader = (config.train_dataset or {}).get("data_loader") or {}
-    if loader.get("type") != "SyntheticTokenDataset":
-        LOGGER.warning(f"train_dataset ({loader.get('type')}) is not read: the launcher trains on generated tokens")
-    count = int(loader.get("num_samples", 32))
-    return synthetic_tokens(count, model_config.seq_length, model_config.vocab_size, int(loader.get("seed", 0)))
