@@ -14,7 +14,7 @@ from . import cells
 from .errors import ConfigIssue
 from .match import Match, resolve
 from .plan import LayerPlan, SwapUse, Use
-from .rules import Kind, Origin, RecomputeOptions
+from .rules import DEFAULT_COMM, DEFAULT_SWAP, Kind, Origin, RecomputeOptions
 
 Setting = Literal["recompute_cell", "recompute", "recompute_comm_op", "offload"]
 
@@ -93,17 +93,23 @@ def _final_settings(actions: list[Action]) -> list[Action]:
     return list(final.values())
 
 
-DEFAULT_STRATEGY_HINT = ("the default swap strategy swaps attention.flash_attention, which exists only with "
-                         "model.model_config.use_flash_attention: True; or list what to swap in op_swap")
+# Hints for the patterns mf_memopt applies by default, when the model does not have their target.
+DEFAULT_PATTERN_HINTS = {
+    DEFAULT_SWAP: "the default swap strategy swaps attention.flash_attention, which exists only with "
+                  "model.model_config.use_flash_attention: True; or list what to swap in op_swap",
+    DEFAULT_COMM[0]: "the default comm pattern names RmsNorm's fused `norm` operator, which exists only with "
+                     "model.model_config.fused_rms_norm: True (not on CPU); name the operators instead, "
+                     "e.g. 'attention_norm\\.mul2'",
+}
 
 
-def _resolve(layer: Any, index: int, pattern: str, origin: Origin, file: str, issues: list[ConfigIssue],
-             hint: str | None = None) -> list[Match]:
+def _resolve(layer: Any, index: int, pattern: str, origin: Origin, file: str,
+             issues: list[ConfigIssue]) -> list[Match]:
     matches, miss = resolve(layer, pattern)
     if miss is not None:
         issues.append(ConfigIssue(file=file, line=origin.line, path=origin.key,
                                   message=f"pattern `{pattern}` matches nothing in layer {index}: {miss.describe()}",
-                                  hint=hint or miss.hint()))
+                                  hint=DEFAULT_PATTERN_HINTS.get(pattern) or miss.hint()))
     return matches
 
 
@@ -148,8 +154,7 @@ def _offload_actions(plan: LayerPlan, layer: Any, result: LayerActions, file: st
             wanted.setdefault(id(prim), (path, prim, plan.layer_swap))
     by_op: dict[int, SwapUse] = {}
     for use in plan.op_swap:
-        matches = _resolve(layer, plan.layer, use.pattern, use.origin, file, issues,
-                           DEFAULT_STRATEGY_HINT if use.default else None)
+        matches = _resolve(layer, plan.layer, use.pattern, use.origin, file, issues)
         result.op_swaps.append((use, matches))
         for path, prim in _primitives_under(matches):
             earlier = by_op.get(id(prim))

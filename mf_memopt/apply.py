@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from .logs import LOGGER, layer_lines
 from .plan import Plan
 from .render import formative_lines
 
+_IN_LAYER = re.compile(r"in layer (\d+)")
 CPU_OFFLOAD_NOTE = ("Offload attributes are recorded in the compiled graph, but only the Ascend backend moves "
                     "activations to host memory: on {device} nothing is swapped")
 
@@ -47,7 +49,7 @@ def apply_plan(plan: Plan, model_or_layers: Any, *, device_target: str | None = 
     per_layer = [layer_actions(layer_plan, layer, plan.rules.options, plan.file, issues)
                  for layer_plan, layer in zip(plan.layers, layers)]
     if issues:
-        raise ConfigError(issues)
+        raise ConfigError(_merge_layers(issues))
     device = device_target or _current_device()
     lines = _log(formative_lines(plan))
     lines += _log([warning.render() for warning in plan.warnings], logging.WARNING)
@@ -104,6 +106,25 @@ def _execute(actions: LayerActions) -> None:
             cells.set_comm_recompute(action.obj, action.value)
     for action in actions.offload:
         cells.offload_primitive(action.obj, action.value)
+
+
+def _merge_layers(issues: list[ConfigIssue]) -> list[ConfigIssue]:
+    """One issue per problem, naming every layer it occurs in, instead of one per layer."""
+    layers: dict[tuple, list[str]] = {}
+    first: dict[tuple, ConfigIssue] = {}
+    for issue in issues:
+        match = _IN_LAYER.search(issue.message)
+        key = (issue.file, issue.line, issue.path, _IN_LAYER.sub("in layer {}", issue.message), issue.hint)
+        layers.setdefault(key, []).append(match.group(1) if match else "")
+        first.setdefault(key, issue)
+    merged = []
+    for key, numbers in layers.items():
+        issue = first[key]
+        if len(numbers) > 1:
+            message = key[3].replace("in layer {}", f"in layers {', '.join(numbers)}")
+            issue = ConfigIssue(file=issue.file, line=issue.line, path=issue.path, message=message, hint=issue.hint)
+        merged.append(issue)
+    return merged
 
 
 def _log(lines: list[str], level: int = logging.INFO) -> list[str]:

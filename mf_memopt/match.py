@@ -32,8 +32,10 @@ class Miss:
     available: tuple[str, ...]     # names found there
 
     def describe(self) -> str:
-        where = ", ".join(parent or "the layer" for parent in self.parents[:3])
-        shown = ", ".join(self.available[:16]) + (", ..." if len(self.available) > 16 else "")
+        where = ", ".join(parent or "the layer" for parent in self.parents[:6])
+        if len(self.parents) > 6:
+            where += ", ..."
+        shown = ", ".join(self.available[:24]) + (", ..." if len(self.available) > 24 else "")
         return f"segment `{self.segment}` matched nothing in {where}; names there: {shown or 'none'}"
 
     def hint(self) -> str | None:

@@ -10,6 +10,8 @@ applied afterwards.
 
 from __future__ import annotations
 
+import logging
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,9 +60,10 @@ def build_model(config: Any, *, device_target: str) -> BuiltModel:
         # MindFormers turns lazy_inline on whenever the job is not stand-alone; lazy_inline
         # graphs do not run on the CPU backend.
         model_config.disable_lazy_inline = True
-    build_parallel_config(config)
-    network = build_network(config.model, default_args={"parallel_config": config.parallel_config,
-                                                        "moe_config": config.moe_config})
+    with _mindformers_quiet():
+        build_parallel_config(config)
+        network = build_network(config.model, default_args={"parallel_config": config.parallel_config,
+                                                            "moe_config": config.moe_config})
     replaced = []
     if device_target != "Ascend" and model_config.use_flash_attention:
         from .cpu_attention import replace_flash_attention
@@ -74,3 +77,18 @@ def build_model(config: Any, *, device_target: str) -> BuiltModel:
 
 def _truthy(section: Any, key: str) -> bool:
     return bool(section) and bool(section.get(key))
+
+
+@contextmanager
+def _mindformers_quiet():
+    """Hide MindFormers' INFO lines while it builds: with its sections off it would still print its own
+    (all-zero) `Formative ...` lines, next to mf_memopt's, for users who grep them."""
+    from mindformers.tools.logger import get_logger
+
+    mindformers_logger = get_logger()
+    level = mindformers_logger.level
+    mindformers_logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        mindformers_logger.setLevel(level)

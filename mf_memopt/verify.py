@@ -105,12 +105,13 @@ def compare(report: dict, graph: Graph, num_layers: int) -> list[LayerCheck]:
         check.copies = sum(1 for node in graph.nodes if node.layer == layer and node.duplicated)
         producers = {(node.graph, node.ref): node for node in nodes}
         comm = {**_implied_comm(nodes, want["recompute_cell"]), **want["recompute_comm_op"]}
+        witnessed: dict[str, set[str]] = {}
         for name, wanted, read in (
                 ("offload", want["offload"], lambda node: node.prefetch if node.offload else None),
                 ("recompute", want["recompute"], lambda node: node.flag("recompute")),
                 ("recompute_comm_op", comm, lambda node: node.flag("recompute_comm_op"))):
-            _check_attribute(check, nodes, producers, wanted, name, read)
-        _check_rules_left_marks(check, nodes, report, layer)
+            witnessed[name] = _check_attribute(check, nodes, producers, wanted, name, read)
+        _check_rules_left_marks(check, witnessed, report, layer)
         _check_cells(check, nodes, want["recompute_cell"])
         _check_effect(check, graph, layer, want)
         _check_rule2(check, nodes, consumers)
@@ -140,19 +141,27 @@ def _implied_comm(nodes: list[Node], cells: dict[str, dict]) -> dict[str, bool]:
     return implied
 
 
-def _check_attribute(check: LayerCheck, nodes: list[Node], producers: dict, wanted: dict, name: str, read) -> None:
+def _check_attribute(check: LayerCheck, nodes: list[Node], producers: dict, wanted: dict, name: str,
+                     read) -> set[str]:
+    """Check every `name` mark in the layer; return the planned paths whose mark is in the graph."""
+    witnessed = set()
     for node in nodes:
         found = read(node)
-        if found is None or wanted.get(node.path) == found:
+        if found is None:
+            continue
+        if wanted.get(node.path) == found:
+            witnessed.add(node.path)
             continue
         source = _fused_from(node, producers, wanted, found)
         if source is not None:
+            witnessed.add(source)
             check.notes.append(f"{node.path} carries the {name} mark of {source}: MindSpore fused the two "
                                "operators while compiling")
         elif node.path in wanted:
             check.disagreements.append(f"{node.path}: {name}={found} in the graph, the plan set {wanted[node.path]}")
         else:
             check.disagreements.append(f"{node.path or node.op}: {name}={found} in the graph, not set by the plan")
+    return witnessed
 
 
 def _fused_from(node: Node, producers: dict, wanted: dict, found) -> str | None:
@@ -172,15 +181,13 @@ def _fused_from(node: Node, producers: dict, wanted: dict, found) -> str | None:
     return None
 
 
-def _check_rules_left_marks(check: LayerCheck, nodes: list[Node], report: dict, layer: int) -> None:
-    marked = {node.path for node in nodes if node.offload or node.flag("recompute") is not None
-              or node.flag("recompute_comm_op") is not None}
+def _check_rules_left_marks(check: LayerCheck, witnessed: dict[str, set[str]], report: dict, layer: int) -> None:
     by_rule: dict[tuple[str, str], list[str]] = defaultdict(list)
     for entry in report["set"]:
         if entry["layer"] == layer and entry["target"] == "primitive":
             by_rule[(entry["rule"], next(iter(entry["set"])))].append(entry["path"])
     for (rule, setting), paths in by_rule.items():
-        if not marked.intersection(paths):
+        if not witnessed[setting].intersection(paths):
             check.disagreements.append(f"{rule}: none of its {len(paths)} operators carries {setting} in the graph")
 
 

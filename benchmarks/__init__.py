@@ -1,0 +1,1 @@
+"""Benchmarks of mf_memopt against MindFormers' own implementation (run with `python benchmarks/run.py`)."""

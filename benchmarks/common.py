@@ -1,0 +1,49 @@
+"""Helpers shared by the benchmarks: timing, medians, ratios and plain-text tables."""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+def timed(work: Callable[[], Any]) -> tuple[float, Any]:
+    """Seconds taken by `work()` and its result.
+
+    The collector runs before and is off during the call (as in `timeit`), so a collection
+    triggered by the previous model build is not charged to whichever implementation runs next.
+    """
+    gc.collect()
+    gc.disable()
+    try:
+        began = time.perf_counter()
+        result = work()
+        return time.perf_counter() - began, result
+    finally:
+        gc.enable()
+
+
+def median_ms(seconds: Sequence[float]) -> float:
+    return statistics.median(seconds) * 1000
+
+
+def ratio(value: float, baseline: float) -> str:
+    return f"{value / baseline:.2f}x" if baseline else "n/a"
+
+
+def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """A GitHub-flavoured Markdown table, so the output can be pasted into the README as is."""
+    cells = [[str(value) for value in row] for row in rows]
+    widths = [max(len(text) for text in column) for column in zip(header, *cells)]
+    print(f"\n{title}\n")
+    print(_row(header, widths))
+    print("|" + "|".join("-" * (width + 2) for width in widths) + "|")
+    for row in cells:
+        print(_row(row, widths))
+    print()
+
+
+def _row(values: Sequence[str], widths: Sequence[int]) -> str:
+    return "| " + " | ".join(value.ljust(width) for value, width in zip(values, widths)) + " |"

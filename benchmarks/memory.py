@@ -1,0 +1,114 @@
+"""(b) Memory-pool peak and step time of one model under four recompute settings.
+
+Each variant is a copy of the training YAML in which only `recompute_config` differs
+(its keys recompute, select_recompute and select_comm_recompute are replaced). Each one
+is trained by the real launcher, `run_mindformer_memopt.py`, in its own process, so the
+pool peak that MindSpore prints at exit belongs to that variant alone. Baseline: the
+variant without recompute. On CPU the pool peak, not the process RSS, shows the savings
+(see SPEC.md, "Peak memory on CPU").
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmarks.common import print_table, ratio
+
+REPO = Path(__file__).resolve().parent.parent
+LAUNCHER = REPO / "run_mindformer_memopt.py"
+DEFAULT_CONFIG = REPO / "configs" / "llama_tiny.yaml"
+BASELINE = "no recompute"
+VARIANTS: dict[str, dict[str, Any]] = {
+    BASELINE: {"recompute": False, "select_recompute": False, "select_comm_recompute": False},
+    "full recompute (every layer)": {"recompute": True, "select_recompute": False, "select_comm_recompute": False},
+    "select feed_forward cell": {"recompute": False, "select_recompute": {"feed_forward": True},
+                                 "select_comm_recompute": False},
+    "select default patterns": {"recompute": False, "select_recompute": True, "select_comm_recompute": False},
+}
+PEAK = re.compile(r"DumpDynamicMemPoolStateInfo\].*?peak used mem:(\d+)M")
+FINISHED = re.compile(r"training finished: .*?mean step time after the first ([0-9.]+) ms")
+STEP_LOSS = re.compile(r"step \d+/\d+: loss (\S+),")
+
+
+@dataclass(frozen=True)
+class Result:
+    variant: str
+    peak_mb: int
+    step_ms: float
+    losses: tuple[str, ...]        # as logged (4 decimals), one per step
+
+
+def run(config: Path, steps: int) -> None:
+    """Train every variant of `config` for `steps` steps and print the table."""
+    with tempfile.TemporaryDirectory(prefix="mf_memopt_bench_") as tmp:
+        work = Path(tmp)
+        results = [train_variant(config, name, section, steps, work / _slug(name))
+                   for name, section in VARIANTS.items()]
+    print_table(f"(b) memory-pool peak and step time, {config.name}, {steps} steps "
+                f"(step time: mean after the first step)",
+                ("variant", "peak MB", "vs none", "mean step ms", "vs none", "final loss"), _rows(results))
+    same = len({result.losses for result in results}) == 1
+    print(f"losses identical across variants (every step, 4 decimals): {'yes' if same else 'NO'}")
+    if not same:
+        for result in results:
+            print(f"  {result.variant}: {', '.join(result.losses)}")
+
+
+def _rows(results: list[Result]) -> list[list[str]]:
+    base = results[0]
+    return [[result.variant, str(result.peak_mb), ratio(result.peak_mb, base.peak_mb), f"{result.step_ms:.1f}",
+             ratio(result.step_ms, base.step_ms), result.losses[-1]] for result in results]
+
+
+def train_variant(config: Path, name: str, section: dict[str, Any], steps: int, work: Path) -> Result:
+    """Write the variant's YAML, train it in a subprocess, parse its log."""
+    work.mkdir(parents=True)
+    variant = write_variant(config, section, work / "config.yaml")
+    print(f"training variant '{name}' ({steps} steps) ...", file=sys.stderr, flush=True)
+    log = _launch(variant, steps, work)
+    return parse_log(name, log)
+
+
+def write_variant(config: Path, section: dict[str, Any], target: Path) -> Path:
+    document = yaml.safe_load(config.read_text())
+    document["recompute_config"] = {**(document.get("recompute_config") or {}), **section}
+    target.write_text(yaml.safe_dump(document, sort_keys=False))
+    return target
+
+
+def _launch(config: Path, steps: int, work: Path) -> str:
+    """Run the launcher with MindSpore's memory-pool report on; its whole output, or an error."""
+    env = {**os.environ, "GLOG_v": "2", "MS_SUBMODULE_LOG_v": "{PRE_ACT:1}",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+           "LOG_MF_PATH": str(work / "mindformers_log")}
+    command = [sys.executable, str(LAUNCHER), "--config", str(config), "--run_mode", "train",
+               "--train_steps", str(steps), "--output_dir", str(work / "output")]
+    done = subprocess.run(command, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{_tail(done.stdout)}")
+    return done.stdout
+
+
+def parse_log(name: str, log: str) -> Result:
+    peaks, finished = PEAK.findall(log), FINISHED.search(log)
+    if not peaks or finished is None:
+        raise RuntimeError(f"variant '{name}': no pool peak or no 'training finished' line in:\n{_tail(log)}")
+    return Result(variant=name, peak_mb=int(peaks[-1]), step_ms=float(finished.group(1)),
+                  losses=tuple(STEP_LOSS.findall(log)))
+
+
+def _tail(text: str, lines: int = 40) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
