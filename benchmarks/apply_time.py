@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.common import median_ms, print_table, ratio, timed
+from benchmarks.common import load_note, median_ms, print_table, ratio, timed
 
 NUM_LAYERS = 64
 TINY_LLAMA = {"num_layers": NUM_LAYERS, "hidden_size": 32, "num_heads": 2, "seq_length": 16, "vocab_size": 64,
@@ -76,12 +76,12 @@ class Timings:
 def run(repeat: int) -> None:
     """Measure every case and print the table."""
     _setup_mindspore()
-    rows = []
+    load, rows = load_note(), []
     with _quiet_loggers():
         for case in CASES:
             timings = measure(case, repeat)
             rows.append(_row(case, timings))
-    print_table(f"(a) apply time, {NUM_LAYERS}-layer tiny Llama, median of {repeat} runs (ms)",
+    print_table(f"(a) apply time, {NUM_LAYERS}-layer tiny Llama, median of {repeat} runs (ms); {load}",
                 ("config", "MindFormers", "ours apply", "ours load+apply", "MindSpore calls",
                  "MF / ours apply", "MF / ours load+apply", "same marks"), rows)
 
@@ -204,10 +204,11 @@ def _collect_marks(cell: Any, path: str, marks: dict[str, Any]) -> None:
 
 
 def profile_ours(top: int = 20) -> None:
-    """cProfile of `apply_plan` alone, once per case: where ours spends its time."""
+    """cProfile of `apply_plan` alone, once per case (after a warm-up run): where ours spends its time."""
     _setup_mindspore()
     with _quiet_loggers():
         for case in CASES:
+            apply_ours(load_ours(case), build_model())
             plan, model, profiler = load_ours(case), build_model(), cProfile.Profile()
             profiler.runcall(apply_ours, plan, model)
             text = io.StringIO()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +24,11 @@ def timed(work: Callable[[], Any]) -> tuple[float, Any]:
         return time.perf_counter() - began, result
     finally:
         gc.enable()
+
+
+def load_note() -> str:
+    """The 1-minute load average: on a 2-core machine, other jobs move every timing here."""
+    return f"load average {os.getloadavg()[0]:.2f} at start"
 
 
 def median_ms(seconds: Sequence[float]) -> float:

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks.common import print_table, ratio
+from benchmarks.common import load_note, print_table, ratio
 
 REPO = Path(__file__).resolve().parent.parent
 LAUNCHER = REPO / "run_mindformer_memopt.py"
@@ -49,12 +49,13 @@ class Result:
 
 def run(config: Path, steps: int) -> None:
     """Train every variant of `config` for `steps` steps and print the table."""
+    load = load_note()
     with tempfile.TemporaryDirectory(prefix="mf_memopt_bench_") as tmp:
         work = Path(tmp)
         results = [train_variant(config, name, section, steps, work / _slug(name))
                    for name, section in VARIANTS.items()]
     print_table(f"(b) memory-pool peak and step time, {config.name}, {steps} steps "
-                f"(step time: mean after the first step)",
+                f"(step time: mean after the first step); {load}",
                 ("variant", "peak MB", "vs none", "mean step ms", "vs none", "final loss"), _rows(results))
     same = len({result.losses for result in results}) == 1
     print(f"losses identical across variants (every step, 4 decimals): {'yes' if same else 'NO'}")
