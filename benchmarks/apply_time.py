@@ -69,8 +69,9 @@ class Timings:
     same_marks: bool = False
 
     def record(self, run: tuple[float, float, float, float]) -> None:
-        for series, seconds in zip((self.mindformers, self.apply_only, self.load_apply, self.mindspore_calls), run):
-            series.append(seconds)
+        series = (self.mindformers, self.apply_only, self.load_apply, self.mindspore_calls)
+        for values, seconds in zip(series, run):
+            values.append(seconds)
 
 
 def run(repeat: int) -> None:
@@ -95,8 +96,8 @@ def measure(case: Case, repeat: int) -> Timings:
 
 
 def _row(case: Case, timings: Timings) -> list[str]:
-    mf, apply_only, load_apply = (median_ms(s) for s in (timings.mindformers, timings.apply_only,
-                                                          timings.load_apply))
+    mf, apply_only = median_ms(timings.mindformers), median_ms(timings.apply_only)
+    load_apply = median_ms(timings.load_apply)
     return [case.name, f"{mf:.1f}", f"{apply_only:.1f}", f"{load_apply:.1f}",
             f"{median_ms(timings.mindspore_calls):.1f}", ratio(mf, apply_only), ratio(mf, load_apply),
             "yes" if timings.same_marks else "NO"]
@@ -105,6 +106,8 @@ def _row(case: Case, timings: Timings) -> list[str]:
 def _warm_up(case: Case) -> bool:
     """One untimed run of each implementation; whether both left the same marks on the model."""
     theirs, ours = build_model(), build_model()
+    if model_marks(ours):
+        raise RuntimeError("the freshly built model already carries recompute/offload marks")
     apply_mindformers(theirs, mindformers_parallel_config(case))
     apply_ours(load_ours(case), ours)
     return model_marks(theirs) == model_marks(ours)

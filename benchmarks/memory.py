@@ -29,7 +29,8 @@ DEFAULT_CONFIG = REPO / "configs" / "llama_tiny.yaml"
 BASELINE = "no recompute"
 VARIANTS: dict[str, dict[str, Any]] = {
     BASELINE: {"recompute": False, "select_recompute": False, "select_comm_recompute": False},
-    "full recompute (every layer)": {"recompute": True, "select_recompute": False, "select_comm_recompute": False},
+    "full recompute (every layer)": {"recompute": True, "select_recompute": False,
+                                     "select_comm_recompute": False},
     "select feed_forward cell": {"recompute": False, "select_recompute": {"feed_forward": True},
                                  "select_comm_recompute": False},
     "select default patterns": {"recompute": False, "select_recompute": True, "select_comm_recompute": False},
@@ -66,8 +67,9 @@ def run(config: Path, steps: int) -> None:
 
 def _rows(results: list[Result]) -> list[list[str]]:
     base = results[0]
-    return [[result.variant, str(result.peak_mb), ratio(result.peak_mb, base.peak_mb), f"{result.step_ms:.1f}",
-             ratio(result.step_ms, base.step_ms), result.losses[-1]] for result in results]
+    return [[result.variant, str(result.peak_mb), ratio(result.peak_mb, base.peak_mb),
+             f"{result.step_ms:.1f}", ratio(result.step_ms, base.step_ms), result.losses[-1]]
+            for result in results]
 
 
 def train_variant(config: Path, name: str, section: dict[str, Any], steps: int, work: Path) -> Result:
@@ -93,7 +95,8 @@ def _launch(config: Path, steps: int, work: Path) -> str:
            "LOG_MF_PATH": str(work / "mindformers_log")}
     command = [sys.executable, str(LAUNCHER), "--config", str(config), "--run_mode", "train",
                "--train_steps", str(steps), "--output_dir", str(work / "output")]
-    done = subprocess.run(command, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    done = subprocess.run(command, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{_tail(done.stdout)}")
     return done.stdout
