@@ -47,16 +47,10 @@ def layer_indices(value: list[int], num_layers: int, *, source: Source, path: Ke
 
 def _from_stage_counts(counts: list[int | bool], layout: Layout, source: Source, path: KeyPath,
                        issues: list[ConfigIssue]) -> frozenset[int]:
-    if len(counts) > layout.stages:
-        issues.append(source.issue(
-            path, f"has {len(counts)} counts but there are {layout.stages} pipeline stage(s)",
-            "with swap off a list gives the number of recomputed layers per pipeline stage; "
-            "to pick layers by index, set swap_config.swap: true"))
+    if not _fits(counts, layout.stages, "counts", "pipeline stage", source, path, issues,
+                 "with swap off a list gives the number of recomputed layers per pipeline stage; "
+                 "to pick layers by index, set swap_config.swap: true"):
         return frozenset()
-    if len(counts) < layout.stages:
-        issues.append(source.issue(
-            path, f"has {len(counts)} counts for {layout.stages} pipeline stages; the missing stages get 0",
-            "give one count per pipeline stage", severity="warning"))
     grid = [[0] * layout.stages for _ in range(layout.chunks)]
     for stage, count in enumerate(counts):
         wanted = _count(count, layout.stage_size(stage), source, (*path, stage), f"stage {stage}", issues)
@@ -79,32 +73,33 @@ def _round_robin(count: int, layout: Layout, stage: int) -> list[int]:
 
 def _from_chunk_counts(rows: list[Any], layout: Layout, source: Source, path: KeyPath,
                        issues: list[ConfigIssue]) -> frozenset[int]:
-    if len(rows) > layout.chunks:
-        issues.append(source.issue(
-            path, f"has {len(rows)} rows but there are {layout.chunks} interleave chunk(s) per stage",
-            "a 2-D list has one row per pp_interleave_num chunk and one count per pipeline stage"))
+    if not _fits(rows, layout.chunks, "rows", "interleave chunk", source, path, issues,
+                 "a 2-D list has one row per pp_interleave_num chunk and one count per pipeline stage"):
         return frozenset()
-    if len(rows) < layout.chunks:
-        issues.append(source.issue(
-            path, f"has {len(rows)} rows for {layout.chunks} interleave chunks; the missing chunks get 0",
-            "give one row per interleave chunk", severity="warning"))
     grid = [[0] * layout.stages for _ in range(layout.chunks)]
     for chunk, row in enumerate(rows):
         if isinstance(row, bool):
             row = [row] * layout.stages
-        elif len(row) > layout.stages:
-            issues.append(source.issue(
-                (*path, chunk), f"has {len(row)} counts but there are {layout.stages} pipeline stage(s)"))
+        elif not _fits(row, layout.stages, "counts", "pipeline stage", source, (*path, chunk), issues,
+                       "each row has one count per pipeline stage"):
             continue
-        elif len(row) < layout.stages:
-            issues.append(source.issue(
-                (*path, chunk), f"has {len(row)} counts for {layout.stages} pipeline stages; "
-                "the missing stages get 0", "give one count per pipeline stage", severity="warning"))
         for stage, count in enumerate(row):
             size = layout.chunk_sizes[chunk][stage]
             grid[chunk][stage] = _count(count, size, source, (*path, chunk, stage),
                                         f"chunk {chunk} of stage {stage}", issues)
     return _first_layers(grid, layout)
+
+
+def _fits(values: list, limit: int, noun: str, unit: str, source: Source, path: KeyPath,
+          issues: list[ConfigIssue], hint: str) -> bool:
+    """More entries than `limit` is an error; fewer is a warning, and the missing ones count 0."""
+    if len(values) > limit:
+        issues.append(source.issue(path, f"has {len(values)} {noun} but there are {limit} {unit}(s)", hint))
+        return False
+    if len(values) < limit:
+        issues.append(source.issue(path, f"has {len(values)} {noun} for {limit} {unit}s; the missing "
+                                   f"{unit}s get 0", f"give one per {unit}", severity="warning"))
+    return True
 
 
 def _count(count: int | bool, size: int, source: Source, path: KeyPath, where: str,

@@ -97,7 +97,7 @@ ROWS = [
           pipeline_stage: 2
         recompute_config:
           recompute: [1]
-     """), "recompute_config.recompute", 7, "the missing stages get 0", "warning"),
+     """), "recompute_config.recompute", 7, "the missing pipeline stages get 0", "warning"),
     ("more 2-D rows than interleave chunks", _doc("""
         recompute_config:
           recompute: [[1], [1]]
