@@ -66,7 +66,7 @@ def run(config: Path, steps: int) -> None:
 
 
 def _rows(results: list[Result]) -> list[list[str]]:
-    base = results[0]
+    base = next(result for result in results if result.variant == BASELINE)
     return [[result.variant, str(result.peak_mb), ratio(result.peak_mb, base.peak_mb),
              f"{result.step_ms:.1f}", ratio(result.step_ms, base.step_ms), result.losses[-1]]
             for result in results]

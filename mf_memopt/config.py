@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .checks import context_issues
-from .errors import ConfigError, ConfigIssue, key_path, raise_if_errors
+from .errors import ConfigError, ConfigIssue, key_path, raise_if_errors, unique
 from .layout import INTERLEAVE, NUM_LAYERS, OFFSET, PIPELINE_STAGE, layout_from
 from .plan import Plan
 from .resolve import resolve
@@ -37,6 +37,7 @@ def plan_source(source: Source, *, strict: bool = False) -> Plan:
     layout = None if any(blocked(path) for path in _LAYOUT_KEYS) else layout_from(source, issues)
     issues += context_issues(source)
     rules = normalise(source, layout, issues, blocked) if layout is not None else None
+    issues = unique(issues)
     raise_if_errors(issues)
     assert layout is not None and rules is not None  # every path that yields None reports an error
     warnings = [issue for issue in issues if issue.severity == "warning"]

@@ -61,6 +61,11 @@ def _issue_order(issue: ConfigIssue) -> tuple:
     return (issue.file, issue.line if issue.line is not None else -1, issue.path, issue.message)
 
 
+def unique(issues: Iterable[ConfigIssue]) -> list[ConfigIssue]:
+    """The issues without repeats (one value read for several rules reports its problem once)."""
+    return list(dict.fromkeys(issues))
+
+
 def raise_if_errors(issues: Iterable[ConfigIssue]) -> None:
     errors = [issue for issue in issues if issue.severity == "error"]
     if errors:

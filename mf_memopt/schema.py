@@ -16,7 +16,7 @@ from typing import Any
 from jsonschema import Draft202012Validator, ValidationError
 from jsonschema.validators import extend
 
-from .errors import ConfigIssue, did_you_mean
+from .errors import ConfigIssue, did_you_mean, unique
 from .source import Source
 
 SCHEMA_NAMES = ("training_layout", "recompute_config", "swap_config")
@@ -50,18 +50,7 @@ def schema_issues(source: Source) -> list[ConfigIssue]:
     for name in SCHEMA_NAMES:
         for error in _validator(name).iter_errors(source.data):
             issues.extend(_explain(source, error, expected=None))
-    return _unique(issues)
-
-
-def _unique(issues: list[ConfigIssue]) -> list[ConfigIssue]:
-    seen: set[tuple] = set()
-    result = []
-    for issue in issues:
-        key = (issue.path, issue.message)
-        if key not in seen:
-            seen.add(key)
-            result.append(issue)
-    return result
+    return unique(issues)
 
 
 def _explain(source: Source, error: ValidationError, expected: str | None) -> Iterator[ConfigIssue]:

@@ -10,7 +10,7 @@ import pytest
 
 from fakes import all_prims, llama_model, marks
 from mf_memopt import ConfigError, load_plan
-from mf_memopt.apply import apply_plan
+from mf_memopt import apply_plan
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

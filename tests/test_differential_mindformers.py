@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from mf_memopt import load_plan
-from mf_memopt.apply import apply_plan
+from mf_memopt import apply_plan
 
 pytestmark = pytest.mark.mindspore
 

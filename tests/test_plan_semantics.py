@@ -220,3 +220,8 @@ def test_plan_is_frozen_and_json_serialisable():
         "layer": 3, "stage": 0, "chunk": 0, "full_recompute": False, "select_recompute": ["feed_forward"],
         "select_comm_recompute": [], "select_recompute_exclude": [], "select_comm_recompute_exclude": [],
         "layer_swap": None, "op_swap": {"attention": 10}}
+
+
+def test_a_problem_shared_by_the_default_patterns_is_reported_once():
+    plan = load_plan(_doc(num_layers=4, recompute={"select_recompute": [9]}))
+    assert [warning.path for warning in plan.warnings] == ["recompute_config.select_recompute[0]"]
