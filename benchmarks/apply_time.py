@@ -11,8 +11,8 @@ checks that both implementations set the same marks):
 - MindFormers: `LayerSetting(...)` plus one call per layer;
 - ours, apply only: `apply_plan` with the plan loaded beforehand;
 - ours, load + apply: `load_plan` of the same sections, then `apply_plan`;
-- MindSpore calls: only the `Cell.recompute` / `Primitive.recompute` / `add_prim_attr` /
-  `Primitive._offload` calls that ours makes, replayed on resolved objects. No implementation
+- MindSpore calls: only the `Cell.recompute` / `Primitive.recompute` / `add_prim_attr` calls
+  that ours makes, replayed on resolved objects. No implementation
   can be faster than this, so it bounds any speed-up.
 """
 

@@ -54,7 +54,7 @@ class LayerActions:
     recompute: list[Action] = field(default_factory=list)
     matched: dict[Kind, list[tuple[Use, list[Match]]]] = field(default_factory=dict)
     offload: list[Action] = field(default_factory=list)
-    op_swaps: list[tuple[SwapUse, list[Match]]] = field(default_factory=list)
+    op_swaps: list[tuple[SwapUse, Match, list[int]]] = field(default_factory=list)  # with the ids below each match
     layer_swap: SwapUse | None = None
     skipped: list[Skip] = field(default_factory=list)
 
@@ -148,21 +148,26 @@ def _outermost(matches: list[Match]) -> list[Match]:
 
 def _offload_actions(plan: LayerPlan, layer: Any, result: LayerActions, file: str,
                      issues: list[ConfigIssue]) -> None:
+    if plan.layer_swap is None and not plan.op_swap:
+        return
+    walk = list(cells.walk_primitives(layer))
     wanted: dict[int, tuple[str, Any, SwapUse]] = {}
     if plan.layer_swap is not None:
-        for path, prim, _ in cells.walk_primitives(layer):
+        for path, prim, _ in walk:
             wanted.setdefault(id(prim), (path, prim, plan.layer_swap))
     by_op: dict[int, SwapUse] = {}
     for use in plan.op_swap:
         matches = _resolve(layer, plan.layer, use.pattern, use.origin, file, issues)
-        result.op_swaps.append((use, matches))
-        for path, prim in _primitives_under(matches):
-            earlier = by_op.get(id(prim))
-            if earlier is not None and earlier.prefetch != use.prefetch:
-                issues.append(_ambiguous_prefetch(file, plan.layer, path, earlier, use))
-            by_op[id(prim)] = use
-            wanted[id(prim)] = (path, prim, use)  # op_swap is more specific than layer_swap
-    recomputed = _recomputed_primitives(layer, result.recompute)
+        for match in matches:
+            under = _primitives_under(match)
+            result.op_swaps.append((use, match, [id(prim) for _, prim in under]))
+            for path, prim in under:
+                earlier = by_op.get(id(prim))
+                if earlier is not None and earlier.prefetch != use.prefetch:
+                    issues.append(_ambiguous_prefetch(file, plan.layer, path, earlier, use))
+                by_op[id(prim)] = use
+                wanted[id(prim)] = (path, prim, use)  # op_swap is more specific than layer_swap
+    recomputed = _recomputed_primitives(walk, result.recompute, wanted)
     for key, (path, prim, use) in wanted.items():
         if key in recomputed:
             result.skipped.append(Skip(layer=plan.layer, path=path, swap=use.origin, recomputed_by=recomputed[key]))
@@ -171,14 +176,10 @@ def _offload_actions(plan: LayerPlan, layer: Any, result: LayerActions, file: st
                                      value=use.prefetch, origin=use.origin, obj=prim))
 
 
-def _primitives_under(matches: list[Match]) -> list[tuple[str, Any]]:
-    found = []
-    for match in matches:
-        if match.target == "primitive":
-            found.append((match.path, match.obj))
-        else:
-            found += [(path, prim) for path, prim, _ in cells.walk_primitives(match.obj, match.path)]
-    return found
+def _primitives_under(match: Match) -> list[tuple[str, Any]]:
+    if match.target == "primitive":
+        return [(match.path, match.obj)]
+    return [(path, prim) for path, prim, _ in cells.walk_primitives(match.obj, match.path)]
 
 
 def _ambiguous_prefetch(file: str, index: int, path: str, earlier: SwapUse, later: SwapUse) -> ConfigIssue:
@@ -190,17 +191,22 @@ def _ambiguous_prefetch(file: str, index: int, path: str, earlier: SwapUse, late
         hint="give the overlapping entries the same backward_prefetch, or make the patterns disjoint")
 
 
-def _recomputed_primitives(layer: Any, recompute: list[Action]) -> dict[int, str]:
-    """Primitives of the layer that will be recomputed, each with what recomputes it.
+def _recomputed_primitives(walk: list[tuple[str, Any, tuple[Any, ...]]], recompute: list[Action],
+                           candidates: dict[int, Any]) -> dict[int, str]:
+    """Which of the candidate primitives will be recomputed, each with what recomputes it.
 
     A primitive's own recompute attribute (set here or already present) decides; otherwise
     it is recomputed when a cell around it is (MindSpore: the primitive's setting wins).
     """
     explicit = {id(action.obj): (action.value, action.origin.key) for action in recompute
                 if action.setting == "recompute"}
-    scoped = {id(action.obj): action.origin.key for action in recompute if action.setting == "recompute_cell"}
+    scoped = {id(cell): "the model's own Cell.recompute" for cell in cells.walk_cells(walk_root(walk))
+              if cells.is_recompute_scoped(cell)}
+    scoped.update({id(action.obj): action.origin.key for action in recompute if action.setting == "recompute_cell"})
     result = {}
-    for _, prim, ancestors in cells.walk_primitives(layer):
+    for _, prim, ancestors in walk:
+        if id(prim) not in candidates:
+            continue
         own = explicit.get(id(prim))
         if own is None and cells.primitive_recompute(prim) is not None:
             own = (cells.primitive_recompute(prim), "the model's own recompute attribute")
@@ -208,9 +214,12 @@ def _recomputed_primitives(layer: Any, recompute: list[Action]) -> dict[int, str
             if own[0]:
                 result[id(prim)] = own[1]
             continue
-        outer = next((scoped[id(cell)] for cell in ancestors if id(cell) in scoped), None)
-        if outer is None and any(cells.is_recompute_scoped(cell) for cell in ancestors):
-            outer = "the model's own Cell.recompute"
-        if outer is not None:
-            result[id(prim)] = outer
+        if scoped:  # the primitive is recomputed when a cell around it is (innermost reason first)
+            outer = next((scoped[id(cell)] for cell in reversed(ancestors) if id(cell) in scoped), None)
+            if outer is not None:
+                result[id(prim)] = outer
     return result
+
+
+def walk_root(walk: list[tuple[str, Any, tuple[Any, ...]]]) -> Any:
+    return walk[0][2][0] if walk else None

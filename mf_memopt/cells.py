@@ -34,6 +34,15 @@ def _walk(cell: Any, prefix: str, ancestors: tuple[Any, ...]) -> Iterator[tuple[
         yield from _walk(child, join(prefix, name), (*ancestors, child))
 
 
+def walk_cells(cell: Any) -> Iterator[Any]:
+    """`cell` and every cell below it."""
+    if cell is None:
+        return
+    yield cell
+    for _, child in children(cell):
+        yield from walk_cells(child)
+
+
 def join(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if prefix else name
 
@@ -67,4 +76,8 @@ def set_comm_recompute(prim: Any, on: bool) -> None:
 
 
 def offload_primitive(prim: Any, prefetch: Prefetch) -> None:
-    type(prim)._offload(prim, backward_prefetch=prefetch)
+    # Primitive._offload validates its argument (after setting `offload`) and then sets these two
+    # attributes; the plan has validated backward_prefetch already, and the validation costs as
+    # much as the attributes themselves.
+    prim.add_prim_attr("offload", True)
+    prim.add_prim_attr("backward_prefetch", prefetch)

@@ -18,9 +18,7 @@ import logging
 import os
 import sys
 
-from . import cells
 from .actions import LayerActions
-from .match import Match
 from .patterns import compile_pattern
 from .rules import Kind
 
@@ -58,8 +56,7 @@ def layer_lines(actions: LayerActions) -> list[str]:
     if actions.layer_swap is not None and actions.layer_swap.origin in offloaded.values():
         lines.append(f"Set layer swap at layer {layer} and value is: {actions.layer_swap.prefetch}")
     items = [f"{_swap_name(use.pattern, match.path)}, value={use.prefetch}"
-             for use, matches in actions.op_swaps for match in matches
-             if any(offloaded.get(id(prim)) == use.origin for prim in _primitives_of(match))]
+             for use, match, below in actions.op_swaps if any(offloaded.get(key) == use.origin for key in below)]
     if items:
         lines.append(f"Set op_swap at layer {layer}: {', '.join(items)}")
     if actions.skipped:
@@ -72,9 +69,3 @@ def _swap_name(pattern: str, path: str) -> str:
     # The seeds print a one-segment pattern's match with a leading dot (`.attention`),
     # a nested one without (`attention.flash_attention`).
     return f".{path}" if len(compile_pattern(pattern).segments) == 1 else path
-
-
-def _primitives_of(match: Match) -> list:
-    if match.target == "primitive":
-        return [match.obj]
-    return [prim for _, prim, _ in cells.walk_primitives(match.obj)]
