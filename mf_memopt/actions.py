@@ -167,7 +167,7 @@ def _offload_actions(plan: LayerPlan, layer: Any, result: LayerActions, file: st
                     issues.append(_ambiguous_prefetch(file, plan.layer, path, earlier, use))
                 by_op[id(prim)] = use
                 wanted[id(prim)] = (path, prim, use)  # op_swap is more specific than layer_swap
-    recomputed = _recomputed_primitives(walk, result.recompute, wanted)
+    recomputed = _recomputed_primitives(layer, walk, result.recompute, wanted)
     for key, (path, prim, use) in wanted.items():
         if key in recomputed:
             result.skipped.append(Skip(layer=plan.layer, path=path, swap=use.origin, recomputed_by=recomputed[key]))
@@ -191,7 +191,7 @@ def _ambiguous_prefetch(file: str, index: int, path: str, earlier: SwapUse, late
         hint="give the overlapping entries the same backward_prefetch, or make the patterns disjoint")
 
 
-def _recomputed_primitives(walk: list[tuple[str, Any, tuple[Any, ...]]], recompute: list[Action],
+def _recomputed_primitives(layer: Any, walk: list[tuple[str, Any, tuple[Any, ...]]], recompute: list[Action],
                            candidates: dict[int, Any]) -> dict[int, str]:
     """Which of the candidate primitives will be recomputed, each with what recomputes it.
 
@@ -200,7 +200,7 @@ def _recomputed_primitives(walk: list[tuple[str, Any, tuple[Any, ...]]], recompu
     """
     explicit = {id(action.obj): (action.value, action.origin.key) for action in recompute
                 if action.setting == "recompute"}
-    scoped = {id(cell): "the model's own Cell.recompute" for cell in cells.walk_cells(walk_root(walk))
+    scoped = {id(cell): "the model's own Cell.recompute" for cell in cells.walk_cells(layer)
               if cells.is_recompute_scoped(cell)}
     scoped.update({id(action.obj): action.origin.key for action in recompute if action.setting == "recompute_cell"})
     result = {}
@@ -220,6 +220,3 @@ def _recomputed_primitives(walk: list[tuple[str, Any, tuple[Any, ...]]], recompu
                 result[id(prim)] = outer
     return result
 
-
-def walk_root(walk: list[tuple[str, Any, tuple[Any, ...]]]) -> Any:
-    return walk[0][2][0] if walk else None

@@ -36,8 +36,6 @@ def _walk(cell: Any, prefix: str, ancestors: tuple[Any, ...]) -> Iterator[tuple[
 
 def walk_cells(cell: Any) -> Iterator[Any]:
     """`cell` and every cell below it."""
-    if cell is None:
-        return
     yield cell
     for _, child in children(cell):
         yield from walk_cells(child)
