@@ -231,3 +231,19 @@ def test_offload_on_cpu_says_nothing_is_swapped(caplog):
                         "activations to host memory: on CPU nothing is swapped"]
     infos = [record.getMessage() for record in caplog.records if record.levelno == logging.INFO]
     assert "Set layer swap at layer 3 and value is: 20" in infos
+
+
+def test_recompute_marks_the_model_already_carries_also_win_over_swap():
+    model = llama_model(1)
+    layer = _layer(model, 0)
+    layer.attention.apply_rotary_emb.recompute()      # e.g. set by the model's own code
+    layer.ffn_norm.cast.recompute(True)
+    report = apply_plan(_plan(num_layers=1, swap={"swap": True, "layer_swap": [{"backward_prefetch": 1,
+                                                                                 "layers": [0]}]}),
+                        model, device_target="Ascend")
+    reasons = {skip["path"]: skip["reason"] for skip in report.to_dict()["not_offloaded"]}
+    assert reasons == {
+        "ffn_norm.cast": "recomputed (the model's own recompute attribute); recompute wins over swap",
+        "attention.apply_rotary_emb.add": "recomputed (the model's own Cell.recompute); recompute wins over swap",
+        "attention.apply_rotary_emb.mul": "recomputed (the model's own Cell.recompute); recompute wins over swap"}
+    assert "offload" not in layer.ffn_norm.cast.attrs and layer.ffn_norm.mul.attrs["offload"] is True
