@@ -5,6 +5,7 @@
     python benchmarks/run.py --only apply --repeat 9
     python benchmarks/run.py --only memory --steps 10 --config benchmarks/llama_medium.yaml
     python benchmarks/run.py --only apply --profile   # cProfile of mf_memopt's apply_plan
+    python benchmarks/run.py --only calibrate         # (c) estimated against measured memory-pool peak
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _prepare_environment()
-    from benchmarks import apply_time, memory
+    from benchmarks import apply_time, calibrate, memory
 
     if args.profile:
         apply_time.profile_ours()
@@ -33,13 +34,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         apply_time.run(args.repeat)
     if args.only in (None, "memory"):
         memory.run(args.config or memory.DEFAULT_CONFIG, args.steps)
+    if args.only in (None, "calibrate"):
+        calibrate.run()
     return 0
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="mf_memopt benchmarks: (a) apply time against MindFormers' "
-                                     "LayerSetting, (b) memory-pool peak and step time per recompute variant")
-    parser.add_argument("--only", choices=("apply", "memory"), help="run one of the two benchmarks")
+                                     "LayerSetting, (b) memory-pool peak and step time per recompute variant, "
+                                     "(c) the memory estimator against the measured peaks")
+    parser.add_argument("--only", choices=("apply", "memory", "calibrate"), help="run one of the benchmarks")
     parser.add_argument("--repeat", type=_positive, default=7, help="(a) timed runs per config (default 7)")
     parser.add_argument("--steps", type=_positive, default=10,
                         help="(b) training steps per variant (default 10)")

@@ -43,6 +43,20 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--ir-dir", help="keep the compiled IR in this directory")
     check.add_argument("--strict", action="store_true", help="also fail on rule-2 conflicts")
     check.set_defaults(run=_verify)
+    estimate = commands.add_parser("estimate", help="estimate each pipeline stage's peak memory, what each layer "
+                                                    "keeps, recomputes and swaps, and the swap traffic")
+    estimate.add_argument("config", help="MindFormers training YAML")
+    estimate.add_argument("--json", action="store_true", help="print the estimate as JSON (bytes, seconds)")
+    estimate.add_argument("--png", help="write a chart to this PNG file")
+    estimate.add_argument("--device-memory", default="64GiB", help="device memory per card (default 64GiB)")
+    estimate.add_argument("--tflops", type=float, default=150.0,
+                          help="sustained fp16/bf16 TFLOPS of one device (default 150)")
+    estimate.add_argument("--host-bandwidth", type=float, default=25.0,
+                          help="device<->host GB/s per direction (default 25)")
+    estimate.add_argument("--runtime", choices=("ascend", "cpu"), default="ascend",
+                          help="ascend: device memory of an Ascend run; cpu: the MindSpore memory-pool peak of this "
+                               "project's CPU launcher (for calibration)")
+    estimate.set_defaults(run=_estimate)
     return parser
 
 
@@ -80,3 +94,22 @@ def _verify(args: argparse.Namespace) -> int:
     if not result.agrees:
         return 1
     return 1 if args.strict and result.rule2 else 0
+
+
+def _estimate(args: argparse.Namespace) -> int:
+    from .estimate import Hardware, estimate_config
+    from .estimate.report import estimate_text, parse_size, write_chart
+
+    try:
+        memory = parse_size(args.device_memory)
+    except ValueError as error:
+        print(f"--device-memory: {error}", file=sys.stderr)
+        return 2
+    hardware = Hardware(device_memory=memory, tflops=args.tflops, host_gbps=args.host_bandwidth)
+    result = estimate_config(args.config, runtime=args.runtime, hardware=hardware)
+    print(json.dumps(result.to_dict(), indent=2) if args.json else estimate_text(result))
+    if args.png:
+        write_chart(result, args.png)
+        if not args.json:
+            print(f"chart written to {args.png}")
+    return 0

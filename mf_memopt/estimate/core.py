@@ -1,0 +1,142 @@
+"""`estimate_config`: the memory and swap-traffic estimate of a training YAML, before any training."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..config import plan_source
+from ..errors import ConfigIssue, raise_if_errors
+from ..plan import Plan
+from ..source import load_source
+from .effects import LayerEffect, layer_effect
+from .inventory import layer_inventory, layer_ops
+from .memory import StagePeak, ascend_peak, cpu_pool_peak, in_flight, stage_parameters
+from .spec import ModelSpec, OptimizerSpec, ParallelSpec, read_spec
+from .transfer import Hardware, LayerTransfer, swap_timeline
+
+RUNTIMES = ("ascend", "cpu")
+DEFAULT_DEVICE_MEMORY = 64 * 2**30  # an Ascend 910B-class card
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayerEstimate:
+    layer: int
+    stage: int
+    chunk: int
+    effect: LayerEffect
+    transfer: LayerTransfer
+
+    def to_dict(self) -> dict:
+        return {"layer": self.layer, "stage": self.stage, "chunk": self.chunk,
+                "saved_bytes": self.effect.bytes(), "kept_bytes": self.effect.bytes("kept"),
+                "recomputed_bytes": self.effect.bytes("recomputed"), "swapped_bytes": self.effect.bytes("swapped"),
+                "recompute_flops": self.effect.recompute_flops,
+                "operators": [{"path": item.saved.path, "tensor": item.saved.what, "bytes": item.saved.nbytes,
+                               "fate": item.fate, "rule": item.rule, "backward_prefetch": item.prefetch,
+                               "cpu_only": item.saved.cpu_only} for item in self.effect.tensors],
+                "transfer": asdict(self.transfer), "notes": list(self.effect.notes)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageEstimate:
+    stage: int
+    layers: tuple[int, ...]
+    parameters: int
+    in_flight: float
+    peak: StagePeak
+    host_bytes: int                 # swapped activations held in host memory
+    traffic_bytes: int              # per step and direction (device->host, and back)
+    compute_s: float                # per step: forward + backward of every micro-batch
+    recompute_s: float
+    stall_s: float
+    fits: bool
+
+    @property
+    def overhead(self) -> float:
+        return (self.recompute_s + self.stall_s) / self.compute_s if self.compute_s else 0.0
+
+    def to_dict(self) -> dict:
+        return {"stage": self.stage, "layers": list(self.layers), "parameters": self.parameters,
+                "in_flight_micro_batches": self.in_flight, "peak_bytes": self.peak.peak,
+                "peak_at": self.peak.checkpoint, "components": dict(self.peak.components),
+                "static_bytes": self.peak.part("static"), "activation_bytes": self.peak.part("activations"),
+                "working_bytes": self.peak.part("working"),
+                "host_bytes": self.host_bytes, "d2h_bytes_per_step": self.traffic_bytes,
+                "h2d_bytes_per_step": self.traffic_bytes, "compute_seconds": self.compute_s,
+                "recompute_seconds": self.recompute_s, "swap_stall_seconds": self.stall_s,
+                "overhead": self.overhead, "fits": self.fits}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Estimate:
+    config: str
+    runtime: str
+    hardware: Hardware
+    model: ModelSpec
+    parallel: ParallelSpec
+    stages: tuple[StageEstimate, ...]
+    layers: tuple[LayerEstimate, ...]
+    notes: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return {"config": self.config, "runtime": self.runtime, "hardware": asdict(self.hardware),
+                "model": asdict(self.model), "parallel": asdict(self.parallel),
+                "stages": [stage.to_dict() for stage in self.stages],
+                "layers": [layer.to_dict() for layer in self.layers], "notes": list(self.notes)}
+
+
+def estimate_config(config: str | Path, *, runtime: str = "ascend", hardware: Hardware | None = None) -> Estimate:
+    """Validate and plan the YAML, then estimate every stage's peak memory and swap traffic."""
+    source = load_source(config)
+    plan = plan_source(source)
+    issues: list[ConfigIssue] = []
+    spec = read_spec(source, issues)
+    if runtime == "cpu" and plan.layout.stages > 1:
+        issues.append(source.issue(("parallel_config", "pipeline_stage"), "the cpu runtime models the launcher's "
+                                   "single-stage training", "estimate pipeline configs with the ascend runtime"))
+    raise_if_errors(issues)
+    assert spec is not None
+    return _estimate(plan, *spec, runtime=runtime, hardware=hardware or Hardware(device_memory=DEFAULT_DEVICE_MEMORY))
+
+
+def _estimate(plan: Plan, model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSpec, *, runtime: str,
+              hardware: Hardware) -> Estimate:
+    inventory, ops = layer_inventory(model, parallel, runtime), layer_ops(model, parallel)
+    effects = [layer_effect(layer, inventory, ops) for layer in plan.layers]
+    forward_flops = sum(op.flops for op in ops)
+    layers, stages = [], []
+    for stage in range(plan.layout.stages):
+        members = [layer for layer in plan.layers if layer.stage == stage]
+        stage_effects = [effects[layer.layer] for layer in members]
+        transfers = swap_timeline(stage_effects, [forward_flops] * len(members), hardware)
+        layers += [LayerEstimate(layer=layer.layer, stage=stage, chunk=layer.chunk, effect=effect, transfer=transfer)
+                   for layer, effect, transfer in zip(members, stage_effects, transfers)]
+        stages.append(_stage(model, parallel, optimizer, plan, stage, stage_effects, transfers, runtime, hardware,
+                             forward_flops))
+    notes = sorted({note for effect in effects for note in effect.notes})
+    return Estimate(config=plan.file, runtime=runtime, hardware=hardware, model=model, parallel=parallel,
+                    stages=tuple(stages), layers=tuple(layers), notes=tuple(notes))
+
+
+def _stage(model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSpec, plan: Plan, stage: int,
+           effects: list[LayerEffect], transfers: list[LayerTransfer], runtime: str, hardware: Hardware,
+           forward_flops: int) -> StageEstimate:
+    first, last = stage == 0, stage == plan.layout.stages - 1
+    params = stage_parameters(model, parallel, len(effects), first, last)
+    factor = in_flight(stage, parallel, plan.layout.chunks)
+    if runtime == "cpu":
+        peak = cpu_pool_peak(model, effects)
+    else:
+        peak = ascend_peak(model, parallel, optimizer, params=params, effects=effects, transfers=transfers,
+                           factor=factor, first=first, last=last)
+    steps = parallel.micro_batches * parallel.grad_accumulation
+    swapped = sum(effect.bytes("swapped") for effect, transfer in zip(effects, transfers)
+                  if not transfer.on_device_at_turn)
+    return StageEstimate(
+        stage=stage, layers=tuple(effect.layer for effect in effects), parameters=params, in_flight=factor,
+        peak=peak, host_bytes=round(factor * swapped), traffic_bytes=steps * swapped,
+        compute_s=steps * 3 * hardware.seconds(forward_flops * len(effects)),
+        recompute_s=steps * hardware.seconds(sum(effect.recompute_flops for effect in effects)),
+        stall_s=steps * sum(item.forward_stall_s + item.backward_stall_s for item in transfers),
+        fits=peak.peak <= hardware.device_memory)

@@ -1,0 +1,110 @@
+"""What a layer's plan does to the tensors it keeps for backward: kept, recomputed or swapped.
+
+The plan's patterns are matched against the inventory's operator paths exactly as
+`apply_plan` matches them against cells: a pattern with fewer segments than the path names
+an enclosing cell, one with as many names the primitive itself.
+
+* Full recompute: every tensor except the layer's output (a cell's output is never
+  recomputed) is rebuilt in the backward; the layer's forward FLOPs are paid again.
+* Select recompute of a cell: the tensors produced inside it are rebuilt, its FLOPs paid
+  again. Select recompute of a single primitive is counted as saving nothing: MindSpore 2.9
+  inserts no recompute copy for the primitives of this Llama (their consumers' inputs stay
+  alive), which `python -m mf_memopt verify` shows on the compiled graph.
+* An exclusion naming a primitive keeps its tensor even inside a recomputed cell.
+* Swap moves the tensors a layer_swap or op_swap names to host memory, except recomputed
+  ones (recompute beats swap); op_swap's prefetch wins over layer_swap's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ..patterns import compile_pattern
+from ..plan import LayerPlan, SwapUse
+from ..rules import Prefetch
+from .inventory import Op, Saved
+
+Fate = Literal["kept", "recomputed", "swapped"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TensorFate:
+    saved: Saved
+    fate: Fate
+    rule: str | None = None          # the YAML key that decided it
+    prefetch: Prefetch | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayerEffect:
+    layer: int
+    tensors: tuple[TensorFate, ...]
+    recompute_flops: int
+    notes: tuple[str, ...] = ()
+
+    def bytes(self, fate: Fate | None = None) -> int:
+        return sum(item.saved.nbytes for item in self.tensors if fate is None or item.fate == fate)
+
+    def prefetch_operators(self) -> int | None:
+        """The smallest backward_prefetch among the swapped tensors, in operators ('Auto' is 1)."""
+        values = [1 if item.prefetch == "Auto" else int(item.prefetch) for item in self.tensors
+                  if item.fate == "swapped" and item.prefetch is not None]
+        return min(values) if values else None
+
+
+def _named(pattern: str, path: str) -> Literal["cell", "primitive"] | None:
+    """Whether `pattern` names a cell enclosing the operator at `path`, the primitive itself, or neither."""
+    compiled, parts = compile_pattern(pattern), path.split(".")
+    if len(compiled.segments) > len(parts):
+        return None
+    if not all(compiled.segment_matches(index, part) for index, part in enumerate(parts[:len(compiled.segments)])):
+        return None
+    return "primitive" if len(compiled.segments) == len(parts) else "cell"
+
+
+def layer_effect(plan: LayerPlan, inventory: list[Saved], ops: list[Op]) -> LayerEffect:
+    recomputed_by, notes = _recompute_rules(plan, inventory)
+    fates = []
+    for saved in inventory:
+        rule = recomputed_by(saved.path)
+        if rule is not None and not (plan.full_recompute is not None and saved.kept_by_full_recompute
+                                     and rule == plan.full_recompute.key):
+            fates.append(TensorFate(saved=saved, fate="recomputed", rule=rule))
+            continue
+        swap = _swap_of(plan, saved.path)
+        if swap is None or (rule is not None):
+            fates.append(TensorFate(saved=saved, fate="kept"))
+        else:
+            fates.append(TensorFate(saved=saved, fate="swapped", rule=swap.origin.key, prefetch=swap.prefetch))
+    flops = sum(op.flops for op in ops if recomputed_by(op.path) is not None)
+    return LayerEffect(layer=plan.layer, tensors=tuple(fates), recompute_flops=flops, notes=tuple(notes))
+
+
+def _recompute_rules(plan: LayerPlan, inventory: list[Saved]):
+    """A function path -> the rule that recomputes that operator's output (or None), and notes."""
+    notes = []
+    cells = []
+    for use in plan.select_recompute:
+        kinds = {_named(use.pattern, saved.path) for saved in inventory} - {None}
+        if kinds == {"primitive"}:
+            notes.append(f"select recompute `{use.pattern}` names primitives: MindSpore makes no recompute copy of "
+                         "them in this model, so they are counted as kept (check with `mf_memopt verify`)")
+        cells.append(use)
+    excluded = [use.pattern for use in plan.select_recompute_exclude]
+
+    def recomputed_by(path: str) -> str | None:
+        if any(_named(pattern, path) == "primitive" for pattern in excluded):
+            return None
+        if plan.full_recompute is not None:
+            return plan.full_recompute.key
+        return next((use.origin.key for use in cells if _named(use.pattern, path) == "cell"), None)
+
+    return recomputed_by, notes
+
+
+def _swap_of(plan: LayerPlan, path: str) -> SwapUse | None:
+    for use in plan.op_swap:
+        if _named(use.pattern, path) is not None:
+            return use
+    return plan.layer_swap

@@ -1,0 +1,157 @@
+"""Text and chart forms of an estimate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .core import Estimate
+
+_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+
+
+def human(nbytes: float) -> str:
+    for unit, size in _UNITS:
+        if abs(nbytes) >= size:
+            return f"{nbytes / size:.1f} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def parse_size(text: str) -> int:
+    """`64GiB`, `64 GB`, `512MiB` or a number of bytes."""
+    units = {"gib": 2**30, "mib": 2**20, "kib": 2**10, "gb": 10**9, "mb": 10**6, "kb": 10**3, "b": 1, "": 1}
+    cleaned = text.strip().lower().replace(" ", "")
+    number = cleaned.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = cleaned[len(number):]
+    if unit not in units or not number:
+        raise ValueError(f"not a size: {text!r} (examples: 64GiB, 32GB, 512MiB)")
+    return int(float(number) * units[unit])
+
+
+def estimate_text(estimate: Estimate) -> str:
+    hardware = estimate.hardware
+    lines = [f"{estimate.config}: {estimate.runtime} runtime; device memory {human(hardware.device_memory)}, "
+             f"{hardware.tflops:g} TFLOPS, host link {hardware.host_gbps:g} GB/s per direction"]
+    lines += ["", *_table(_stage_rows(estimate)), ""]
+    lines += [f"stage {stage.stage} peak ({stage.peak.checkpoint}): "
+              + ", ".join(f"{name} {human(value)}" for name, value in stage.peak.components.items())
+              for stage in estimate.stages]
+    lines += ["", *_table(_layer_rows(estimate))]
+    lines += [f"note: {note}" for note in estimate.notes]
+    if estimate.runtime == "cpu":
+        lines.append("note: cpu runtime: the MindSpore memory-pool peak of the CPU launcher (parameters and optimizer "
+                     "moments are host tensors there); nothing is swapped on CPU")
+    return "\n".join(lines)
+
+
+def _stage_rows(estimate: Estimate) -> list[list[str]]:
+    rows = [["stage", "layers", "peak", "fits", "static", "activations", "working set", "in flight", "host (swap)",
+             "D2H = H2D / step", "compute / step", "recompute", "swap stalls", "overhead"]]
+    for stage in estimate.stages:
+        peak = stage.peak
+        rows.append([str(stage.stage), _ranges(stage.layers),
+                     human(peak.peak), "yes" if stage.fits else "NO", human(peak.part("static")),
+                     human(peak.part("activations")), human(peak.part("working")), f"{stage.in_flight:g}",
+                     human(stage.host_bytes), human(stage.traffic_bytes), f"{stage.compute_s * 1e3:.1f} ms",
+                     f"{stage.recompute_s * 1e3:.1f} ms", f"{stage.stall_s * 1e3:.1f} ms", f"{stage.overhead:.1%}"])
+    return rows
+
+
+def _ranges(layers: tuple[int, ...]) -> str:
+    """`0-3,24-28` for the layers of an interleaved stage."""
+    spans: list[list[int]] = []
+    for layer in layers:
+        if spans and layer == spans[-1][1] + 1:
+            spans[-1][1] = layer
+        else:
+            spans.append([layer, layer])
+    return ",".join(f"{low}-{high}" if high > low else str(low) for low, high in spans) or "-"
+
+
+def _layer_rows(estimate: Estimate) -> list[list[str]]:
+    rows = [["layer", "stage", "saved", "kept", "recomputed", "swapped", "leaves device", "transfer", "fwd stall",
+             "bwd stall"]]
+    for layer in estimate.layers:
+        effect, transfer = layer.effect, layer.transfer
+        leaves = "-" if not transfer.nbytes else ("no (needed at the turn)" if transfer.on_device_at_turn else "yes")
+        rows.append([str(layer.layer), str(layer.stage), human(effect.bytes()), human(effect.bytes("kept")),
+                     human(effect.bytes("recomputed")), human(effect.bytes("swapped")), leaves,
+                     f"{transfer.transfer_s * 1e3:.2f} ms", f"{transfer.forward_stall_s * 1e3:.2f} ms",
+                     f"{transfer.backward_stall_s * 1e3:.2f} ms"])
+    return rows
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+
+
+def write_chart(estimate: Estimate, path: str | Path) -> None:
+    """Stacked bars per layer (kept / recomputed / swapped), and each stage's peak against the device."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, (bars, peaks) = pyplot.subplots(1, 2, figsize=(15, 5), width_ratios=[3, 1.2])
+    _layer_bars(bars, estimate)
+    _stage_bars(peaks, estimate)
+    figure.suptitle(f"{Path(estimate.config).name}: activation memory per layer and peak per stage "
+                    f"({estimate.runtime} runtime)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    pyplot.close(figure)
+
+
+_COLOURS = {"kept": "#4c72b0", "recomputed": "#dd8452", "swapped": "#55a868"}
+_COMPONENT_COLOURS = {"parameters": "#8c8c8c", "gradients": "#b5b5b5", "optimizer states": "#d9d9d9",
+                      "activations kept": "#4c72b0", "swapped, still on device": "#55a868",
+                      "backward working set": "#c44e52", "model-level tensors": "#8172b3", "loss tensors": "#937860",
+                      "gradients so far": "#b5b5b5", "layer working set": "#c44e52",
+                      "optimizer outputs": "#d9d9d9"}
+
+
+def _layer_bars(axes, estimate: Estimate) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    positions = [layer.layer for layer in estimate.layers]
+    bottom = [0.0] * len(positions)
+    for fate, colour in _COLOURS.items():
+        values = [layer.effect.bytes(fate) / 2**20 for layer in estimate.layers]
+        hatches = ["//" if fate == "swapped" and layer.transfer.on_device_at_turn else "" for layer in estimate.layers]
+        label = "swapped (hatched: stays on the device)" if fate == "swapped" else fate
+        axes.bar(positions, values, bottom=bottom, color=colour, label=label, width=0.8, hatch=hatches)
+        bottom = [low + value for low, value in zip(bottom, values)]
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    top = max(bottom, default=1.0) * 1.2 or 1.0
+    starts = [index for index, layer in enumerate(estimate.layers)
+              if index == 0 or layer.stage != estimate.layers[index - 1].stage]
+    for start in starts:
+        if start:
+            axes.axvline(positions[start] - 0.5, color="grey", linestyle=":", linewidth=1)
+        axes.text(positions[start] - 0.4, top * 0.86, f"s{estimate.layers[start].stage}", fontsize="small",
+                  color="grey")
+    axes.set_xlabel("layer (dotted lines and s<N>: pipeline stage)")
+    axes.set_ylabel("activations saved for backward, MiB per micro-batch")
+    axes.set_ylim(0, top)
+    axes.legend(loc="upper center", ncols=3)
+
+
+def _stage_bars(axes, estimate: Estimate) -> None:
+    names = list(dict.fromkeys(name for stage in estimate.stages for name in stage.peak.components))
+    highest = max(stage.peak.peak for stage in estimate.stages)
+    unit, scale = ("GiB", 2**30) if highest >= 2**30 else ("MiB", 2**20)
+    bottom = [0.0] * len(estimate.stages)
+    positions = [stage.stage for stage in estimate.stages]
+    for name in names:
+        values = [stage.peak.components.get(name, 0) / scale for stage in estimate.stages]
+        axes.bar(positions, values, bottom=bottom, label=name, width=0.6, color=_COMPONENT_COLOURS.get(name))
+        bottom = [low + value for low, value in zip(bottom, values)]
+    device = estimate.hardware.device_memory
+    if estimate.runtime != "cpu" and device <= 3 * highest:
+        axes.axhline(device / scale, color="red", linestyle="--", label="device memory")
+    elif estimate.runtime != "cpu":
+        axes.set_title(f"device memory {human(device)}: off this scale", fontsize="small")
+    axes.set_xticks(positions)
+    axes.set_xlabel("pipeline stage")
+    axes.set_ylabel(f"peak memory, {unit}")
+    axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
