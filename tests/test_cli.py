@@ -49,8 +49,11 @@ def test_plan_lists_conflicts_after_the_table(capsys, monkeypatch):
     assert main(["plan", "configs/planning/seed003_interleave_48l.yaml"]) == 0
     conflicts = [line for line in capsys.readouterr().out.splitlines() if line.startswith("conflict: ")]
     assert len(conflicts) == 6
-    assert conflicts[0].startswith("conflict: layers 0, 1, 4, 24: full recompute (recompute_config.recompute, "
-                                   "line 24) wins over select recompute `feed_forward\\.w1\\.activation\\.silu`")
+    config = ROOT / "configs/planning/seed003_interleave_48l.yaml"
+    line = next(number for number, text in enumerate(config.read_text().splitlines(), 1)
+                if text.startswith("  recompute: [[2, 1"))
+    assert conflicts[0].startswith(f"conflict: layers 0, 1, 4, 24: full recompute (recompute_config.recompute, "
+                                   f"line {line}) wins over select recompute `feed_forward\\.w1\\.activation\\.silu`")
 
 
 def test_strict_fails_on_conflicts(capsys, monkeypatch):
