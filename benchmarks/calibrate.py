@@ -1,7 +1,7 @@
 """(c) The estimator against the memory-pool peak it can be checked with here.
 
 For the shipped tiny config and the medium config, each recompute variant of `memory.py`
-is trained for two steps by the real launcher, and its MindSpore memory-pool peak is
+(and full recompute of only the first two layers) is trained for two steps by the real launcher, and its MindSpore memory-pool peak is
 compared with `mf_memopt estimate --runtime cpu` of the same YAML. Target: within 10% on
 every case. The pool prints whole MiB (truncated), which is the resolution of the check.
 
@@ -19,6 +19,8 @@ from benchmarks.common import load_note, print_table
 from benchmarks.memory import REPO, VARIANTS, parse_log, write_variant, _launch, _slug
 
 CONFIGS = (REPO / "configs" / "llama_tiny.yaml", REPO / "benchmarks" / "llama_medium.yaml")
+CASES = {**VARIANTS, "full recompute, first 2 layers": {"recompute": [2], "select_recompute": False,
+                                                        "select_comm_recompute": False}}
 STEPS = 2
 TARGET = 0.10
 
@@ -28,7 +30,7 @@ def run() -> None:
     rows, worst = [], 0.0
     with tempfile.TemporaryDirectory(prefix="mf_memopt_calibrate_") as tmp:
         for config in CONFIGS:
-            for name, section in VARIANTS.items():
+            for name, section in CASES.items():
                 work = Path(tmp) / config.stem / _slug(name)
                 work.mkdir(parents=True)
                 row, error = _case(config, name, section, work)
