@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from .config import load_plan
+from .estimate.transfer import DEFAULT_HOST_GBPS, DEFAULT_TFLOPS
 from .errors import ConfigError
 from .plan import Plan
 from .render import formative_lines, layer_table, summary
@@ -49,10 +50,10 @@ def _parser() -> argparse.ArgumentParser:
     estimate.add_argument("--json", action="store_true", help="print the estimate as JSON (bytes, seconds)")
     estimate.add_argument("--png", help="write a chart to this PNG file")
     estimate.add_argument("--device-memory", default="64GiB", help="device memory per card (default 64GiB)")
-    estimate.add_argument("--tflops", type=float, default=150.0,
-                          help="sustained fp16/bf16 TFLOPS of one device (default 150)")
-    estimate.add_argument("--host-bandwidth", type=float, default=25.0,
-                          help="device<->host GB/s per direction (default 25)")
+    estimate.add_argument("--tflops", type=float, default=DEFAULT_TFLOPS,
+                          help=f"sustained fp16/bf16 TFLOPS of one device (default {DEFAULT_TFLOPS:g})")
+    estimate.add_argument("--host-bandwidth", type=float, default=DEFAULT_HOST_GBPS,
+                          help=f"device<->host GB/s per direction (default {DEFAULT_HOST_GBPS:g})")
     estimate.add_argument("--runtime", choices=("ascend", "cpu"), default="ascend",
                           help="ascend: device memory of an Ascend run; cpu: the MindSpore memory-pool peak of this "
                                "project's CPU launcher (for calibration)")

@@ -24,11 +24,16 @@ from dataclasses import dataclass
 from .effects import LayerEffect
 
 
+# An Ascend 910B-class card; both throughputs are assumptions (see docs/estimator.md).
+DEFAULT_TFLOPS = 150.0
+DEFAULT_HOST_GBPS = 25.0
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Hardware:
     device_memory: int              # bytes
-    tflops: float = 150.0           # sustained dense fp16/bf16 TFLOPS of one device
-    host_gbps: float = 25.0         # device<->host bandwidth per direction, GB/s
+    tflops: float = DEFAULT_TFLOPS  # sustained dense fp16/bf16 TFLOPS of one device
+    host_gbps: float = DEFAULT_HOST_GBPS  # device<->host bandwidth per direction, GB/s
     operators_per_layer: int = 30   # forward operators of one decoder layer, to turn backward_prefetch into time
 
     def seconds(self, flops: float) -> float:
