@@ -210,3 +210,13 @@ def test_sizes(text, nbytes):
 def test_bad_size_is_an_error(capsys):
     assert main(["estimate", "configs/llama_tiny.yaml", "--device-memory", "lots"]) == 2
     assert "not a size: 'lots'" in capsys.readouterr().err
+
+
+def test_missing_model_dimensions_are_listed(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert main(["estimate", "tests/data/valid/exclude_and_comm.yaml"]) == 1
+    errors = capsys.readouterr().err.splitlines()
+    assert [line.split(": ")[1] for line in errors] == [
+        "model.model_config.hidden_size", "model.model_config.num_heads", "model.model_config.seq_length",
+        "model.model_config.vocab_size"]
+    assert all(line.endswith("missing: the estimate needs it (set " + line.split(": ")[1] + ")") for line in errors)
