@@ -62,7 +62,7 @@ def swap_timeline(effects: list[LayerEffect], forward_flops: list[int], hardware
     swapped = [effect.bytes("swapped") for effect in effects]
     windows = [_window(effect, seconds, hardware) for effect, seconds in zip(effects, forward)]
     resident = _resident(swapped, forward, windows, hardware)
-    forward_stalls, turn = _forward(swapped, forward, windows, resident, hardware)
+    forward_stalls, _, turn = _forward(swapped, forward, windows, resident, hardware)
     backward_stalls = _backward(swapped, backward, effects, resident, hardware, turn)
     return [LayerTransfer(layer=effect.layer, nbytes=swapped[index], transfer_s=hardware.transfer(swapped[index]),
                           forward_s=forward[index], backward_s=backward[index],
@@ -80,8 +80,7 @@ def _resident(swapped: list[int], forward: list[float], windows: list[float], ha
     """Swapped layers whose release falls after the forward/backward turn never leave the device."""
     resident = [bool(nbytes) and index == len(swapped) - 1 for index, nbytes in enumerate(swapped)]
     while True:
-        _, turn = _forward(swapped, forward, windows, resident, hardware)
-        ends = _ends(swapped, forward, windows, resident, hardware)
+        _, ends, turn = _forward(swapped, forward, windows, resident, hardware)
         more = [flag or (bool(nbytes) and end + window >= turn)
                 for flag, nbytes, end, window in zip(resident, swapped, ends, windows)]
         if more == resident:
@@ -89,22 +88,14 @@ def _resident(swapped: list[int], forward: list[float], windows: list[float], ha
         resident = more
 
 
-def _ends(swapped, forward, windows, resident, hardware) -> list[float]:
-    clock, ends = 0.0, []
-    stalls, _ = _forward(swapped, forward, windows, resident, hardware)
-    for seconds, stall in zip(forward, stalls):
-        clock += seconds
-        ends.append(clock)
-        clock += stall
-    return ends
-
-
 def _forward(swapped: list[int], forward: list[float], windows: list[float], resident: list[bool],
-             hardware: Hardware) -> tuple[list[float], float]:
+             hardware: Hardware) -> tuple[list[float], list[float], float]:
+    """Each layer's stall and the time its forward ends, and the forward/backward turn."""
     clock = link = 0.0
-    stalls = []
+    stalls, ends = [], []
     for nbytes, seconds, window, stays in zip(swapped, forward, windows, resident):
         clock += seconds
+        ends.append(clock)
         if not nbytes or stays:
             stalls.append(0.0)
             continue
@@ -112,7 +103,7 @@ def _forward(swapped: list[int], forward: list[float], windows: list[float], res
         link = done
         stalls.append(max(0.0, done - (clock + window)))
         clock += stalls[-1]
-    return stalls, clock
+    return stalls, ends, clock
 
 
 def _backward(swapped: list[int], backward: list[float], effects: list[LayerEffect], resident: list[bool],
