@@ -119,9 +119,8 @@ def cpu_pool_peak(model: ModelSpec, effects: list[LayerEffect]) -> StagePeak:
 
 
 def _optimizer_step(model: ModelSpec, layers: int) -> StagePeak:
-    d, h, n, kv, f = model.head_dim, model.hidden, model.heads, model.kv_heads, model.ffn
-    per_layer = [h * n * d, h * kv * d, h * kv * d, n * d * h, h * f, f * h, h * f, h, h]
-    params = [model.vocab * h, *per_layer * layers, h, model.vocab * h]
+    h = model.hidden
+    params = [model.vocab * h, *model.layer_param_list() * layers, h, model.vocab * h]
     best, remaining = (0, 0), sum(params)
     for size in params:
         if FP32 * remaining + 3 * FP32 * size > sum(best):

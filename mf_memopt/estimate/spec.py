@@ -33,12 +33,15 @@ class ModelSpec:
     def head_dim(self) -> int:
         return self.hidden // self.heads
 
+    def layer_param_list(self) -> list[int]:
+        """Parameters of one decoder layer in optimizer order: wq, wk, wv, wo, w1, w2, w3, the two norms."""
+        d, h, f = self.head_dim, self.hidden, self.ffn
+        return [h * self.heads * d, h * self.kv_heads * d, h * self.kv_heads * d, self.heads * d * h,
+                h * f, f * h, h * f, h, h]
+
     @property
     def layer_params(self) -> int:
-        """Parameters of one decoder layer: wq, wk, wv, wo, w1, w2, w3 and two norm weights."""
-        d = self.head_dim
-        return (self.hidden * self.heads * d + 2 * self.hidden * self.kv_heads * d + self.heads * d * self.hidden
-                + 3 * self.hidden * self.ffn + 2 * self.hidden)
+        return sum(self.layer_param_list())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
