@@ -102,7 +102,8 @@ def compare(report: dict, graph: Graph, num_layers: int) -> list[LayerCheck]:
         want = expected[layer]
         check.recompute = ["layer" if path == "" else path for path in sorted(want["recompute_cell"])]
         check.recompute += sorted(path for path, on in want["recompute"].items() if on)
-        check.copies = sum(1 for node in graph.nodes if node.layer == layer and node.duplicated)
+        copies = [node for node in graph.nodes if node.layer == layer and node.duplicated]
+        check.copies = len(copies)
         producers = {(node.graph, node.ref): node for node in nodes}
         comm = {**_implied_comm(nodes, want["recompute_cell"]), **want["recompute_comm_op"]}
         witnessed: dict[str, set[str]] = {}
@@ -113,7 +114,7 @@ def compare(report: dict, graph: Graph, num_layers: int) -> list[LayerCheck]:
             witnessed[name] = _check_attribute(check, nodes, producers, wanted, name, read)
         _check_rules_left_marks(check, witnessed, report, layer)
         _check_cells(check, nodes, want["recompute_cell"])
-        _check_effect(check, graph, layer, want)
+        _check_effect(check, copies, want)
         _check_rule2(check, nodes, consumers)
         for node in nodes:
             if node.offload:
@@ -201,8 +202,7 @@ def _check_cells(check: LayerCheck, nodes: list[Node], cells: dict[str, dict]) -
         check.disagreements.append(f"recompute_ scope on {', '.join(stray)}, which the plan does not recompute")
 
 
-def _check_effect(check: LayerCheck, graph: Graph, layer: int, want: dict) -> None:
-    copies = [node for node in graph.nodes if node.layer == layer and node.duplicated]
+def _check_effect(check: LayerCheck, copies: list[Node], want: dict) -> None:
     for cell in want["recompute_cell"]:
         if not any(_under(node.cell_path, cell) for node in copies):
             check.notes.append(f"{cell or 'the layer'} is marked for recompute, but the graph has no recompute "
