@@ -8,7 +8,6 @@ in one pass instead of one error at a time.
 from __future__ import annotations
 
 import difflib
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
@@ -52,9 +51,6 @@ class ConfigError(ValueError):
 
     def render(self) -> str:
         return "\n".join(issue.render() for issue in self.issues)
-
-    def to_json(self) -> str:
-        return json.dumps([issue.to_dict() for issue in self.issues], indent=2)
 
 
 def _issue_order(issue: ConfigIssue) -> tuple:

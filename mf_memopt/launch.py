@@ -32,8 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _run(args)
     except ConfigError as error:
-        for issue in error.issues:
-            print(issue.render(), file=sys.stderr)
+        print(error.render(), file=sys.stderr)
         return 1
 
 

@@ -25,10 +25,6 @@ class Pattern:
     def segment_matches(self, index: int, name: str) -> bool:
         return self.compiled[index].fullmatch(name) is not None
 
-    def display(self) -> str:
-        """The pattern as a dotted path, for log lines (`feed_forward.w1`)."""
-        return ".".join(self.segments)
-
 
 @dataclass(frozen=True, slots=True)
 class PatternProblem:
