@@ -136,8 +136,8 @@ def _leaf_issue(source: Source, error: ValidationError, expected: str | None) ->
     if validator == "type":
         wanted = error.schema.get("title") or expected or _type_words(value)
         message = f"expected {wanted}, got {_describe(instance)}"
-    elif validator == "minimum":
-        message = f"must be >= {value}, got {instance}"
+    elif validator in ("minimum", "maximum"):
+        message = f"must be {'>=' if validator == 'minimum' else '<='} {value}, got {instance}"
         hint = hint or (f"expected {expected}" if expected else None)
     elif validator == "const":
         message = f"must be {value!r}, got {_describe(instance)}"

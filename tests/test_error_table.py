@@ -338,6 +338,20 @@ model:
 recompute_config:
   recompute: true
 """, "model.model_config.num_layers", 2, "the plan needs the number of decoder layers", "error"),
+    ("num_layers beyond any model (the fuzzer's out-of-memory case)", """\
+model:
+  model_config:
+    num_layers: 225993744687
+parallel_config:
+  pipeline_stage: 225993744687
+""", "model.model_config.num_layers", 3, "must be <= 10000, got 225993744687", "error"),
+    ("pipeline_stage beyond any cluster", """\
+model:
+  model_config:
+    num_layers: 8
+parallel_config:
+  pipeline_stage: 20000
+""", "parallel_config.pipeline_stage", 5, "must be <= 10000, got 20000", "error"),
     ("num_layers as a float", """\
 model:
   model_config:

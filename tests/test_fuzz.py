@@ -6,7 +6,7 @@ import signal
 from contextlib import contextmanager
 
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from mf_memopt import ConfigError, Plan, load_plan
@@ -54,6 +54,7 @@ def _load_or_config_error(document):
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(num_layers=225_993_744_687, stages=225_993_744_687, offset=0, recompute={}, swap={})  # ran out of memory
 @given(num_layers=st.one_of(st.integers(1, 48), values), stages=st.one_of(st.integers(1, 6), values),
        offset=st.one_of(st.just(0), values), recompute=sections, swap=swap_sections)
 def test_random_sections_raise_only_config_error(num_layers, stages, offset, recompute, swap):
