@@ -8,18 +8,18 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import mindspore as ms
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mindformers.modules import transformer
+from mindformers.parallel_core.training_graph.transformer import utils as layer_utils
 
 from mf_memopt import load_plan
 from mf_memopt.render import formative_lines
 
 pytestmark = pytest.mark.mindspore
 
-ms = pytest.importorskip("mindspore")
-transformer = pytest.importorskip("mindformers.modules.transformer")
-layer_utils = pytest.importorskip("mindformers.parallel_core.training_graph.transformer.utils")
 
 
 @st.composite

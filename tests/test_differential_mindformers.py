@@ -8,16 +8,15 @@ difference explicitly.
 
 from __future__ import annotations
 
+import mindspore as ms
 import pytest
+from mindformers.models import llama
+from mindformers.modules import transformer
 
-from mf_memopt import load_plan
-from mf_memopt import apply_plan
+from mf_memopt import apply_plan, load_plan
 
 pytestmark = pytest.mark.mindspore
 
-ms = pytest.importorskip("mindspore")
-llama = pytest.importorskip("mindformers.models.llama")
-transformer = pytest.importorskip("mindformers.modules.transformer")
 
 MARKS = ("recompute", "recompute_comm_op", "offload", "backward_prefetch")
 
