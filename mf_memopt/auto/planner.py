@@ -153,31 +153,46 @@ class _Context:
         return self.estimate_text(self.text_of(assignment))
 
 
-def solve(problem: StageProblem, budget: float, host_budget: float, *, prefixes: bool) -> Solution | None:
+def solve(problem: StageProblem, budget: float, host_budget: float, *, prefixes: bool,
+          need_swap: bool = False) -> Solution | None:
     rebuilt = {option.rebuilt for options in problem.positions for option in options}
     runs = problem.limits.runs(rebuilt, int(budget), host_budget)
     return solve_stage([list(options) for options in problem.positions], runs, prefixes=prefixes,
-                       chunk_starts=problem.chunk_starts)
+                       chunk_starts=problem.chunk_starts, need_swap=need_swap)
 
 
 def _best_family(context: _Context, families: dict[str, list[Choice]], budget: int,
                  host_budget: float) -> tuple[str, list[StagePlan]] | None:
+    """The family whose plan adds the least time; ties go to the count family (listed first)."""
     best = None
     for name, choices in families.items():
-        stages = []
-        for problem in context.stage_problems(choices):
-            found = solve(problem, budget, host_budget, prefixes=name == "counts")
-            if found is None:
-                break
-            stages.append(StagePlan(stage=problem.stage, layers=problem.layers, options=found.options, budget=budget,
-                                    searched_s=found.seconds))
-        else:
-            if name == "indices" and not _assignment(stages).swaps:
-                continue   # without a swap the index form would switch on the default swap strategy
-            total = sum(stage.searched_s for stage in stages)
-            if best is None or total < best[0] - 1e-12:
-                best = (total, name, stages)
+        stages = _solve_family(context, name, choices, budget, host_budget)
+        if stages is None:
+            continue
+        total = sum(stage.searched_s for stage in stages)
+        if best is None or total < best[0] - 1e-12:
+            best = (total, name, stages)
     return None if best is None else (best[1], best[2])
+
+
+def _solve_family(context: _Context, name: str, choices: list[Choice], budget: int,
+                  host_budget: float) -> list[StagePlan] | None:
+    """Every stage's best plan; in the index family at least one layer must swap (or the written
+    `swap: True` without swap lists would switch on the default strategy), so the stage where
+    swapping something costs least is held to its best plan that swaps."""
+    problems = context.stage_problems(choices)
+    found = [solve(problem, budget, host_budget, prefixes=name == "counts") for problem in problems]
+    if any(item is None for item in found):
+        return None
+    if name == "indices" and not any(option.choice.swaps for item in found for option in item.options):
+        swapping = [solve(problem, budget, host_budget, prefixes=False, need_swap=True) for problem in problems]
+        extra = [(item.seconds - base.seconds, index) for index, (item, base) in enumerate(zip(swapping, found))
+                 if item is not None]
+        if not extra:
+            return None
+        found[min(extra)[1]] = swapping[min(extra)[1]]
+    return [StagePlan(stage=problem.stage, layers=problem.layers, options=item.options, budget=budget,
+                      searched_s=item.seconds) for problem, item in zip(problems, found)]
 
 
 def _repair(context: _Context, choices: list[Choice], name: str, stages: list[StagePlan], budget: int,

@@ -7,7 +7,8 @@ Inside a stage the search is a dynamic programme over the layers in forward orde
 is (bytes kept so far, bytes swapped so far, which recompute settings may still be used)
 with its least added time; a state is dropped when another with the same settings keeps
 and swaps no more bytes for no more time (every constraint ahead grows with those two
-sums, so nothing reachable from it can be better). Each `Run` (see `limits.py`) fixes the
+sums, so nothing reachable from it can be better); states that swap some layer are kept
+apart from those that do not, so that "the best plan that swaps something" is exact too. Each `Run` (see `limits.py`) fixes the
 one term that is not a sum. The result is the exact optimum of the stage model over the
 options offered; `tests/test_auto_solver.py` checks it against brute force through the
 estimator.
@@ -53,27 +54,29 @@ class _State:
     kept: int
     swapped: int
     seconds: float
+    swaps: bool                     # some layer so far swaps
     available: frozenset[str] | None
     parent: _State | None
     option: Option | None
 
 
 def solve_stage(positions: list[list[Option]], runs: list[Run], *, prefixes: bool,
-                chunk_starts: frozenset[int]) -> Solution | None:
-    """The least-time assignment over all runs, or None when no assignment meets the limits."""
+                chunk_starts: frozenset[int], need_swap: bool = False) -> Solution | None:
+    """The least-time assignment over all runs (with `need_swap`, among those that swap some layer),
+    or None when no assignment meets the limits."""
     best: Solution | None = None
     for run in runs:
-        found = _solve_run(positions, run, prefixes=prefixes, chunk_starts=chunk_starts)
+        found = _solve_run(positions, run, prefixes=prefixes, chunk_starts=chunk_starts, need_swap=need_swap)
         if found is not None and (best is None or found.seconds < best.seconds - 1e-15):
             best = found
     return best
 
 
-def _solve_run(positions: list[list[Option]], run: Run, *, prefixes: bool,
-               chunk_starts: frozenset[int]) -> Solution | None:
+def _solve_run(positions: list[list[Option]], run: Run, *, prefixes: bool, chunk_starts: frozenset[int],
+               need_swap: bool) -> Solution | None:
     everything = frozenset().union(*(option.choice.features for options in positions for option in options))
     track_swapped = run.host_cap != float("inf")
-    states = [_State(0, 0, 0.0, everything if prefixes else None, None, None)]
+    states = [_State(0, 0, 0.0, False, everything if prefixes else None, None, None)]
     for index, options in enumerate(positions):
         states = [state for state in states if state.kept <= run.prefix_caps[index]]
         admitted = [option for option in options if run.admits(option)]
@@ -87,8 +90,10 @@ def _solve_run(positions: list[list[Option]], run: Run, *, prefixes: bool,
                 if kept > run.total_cap or swapped > run.host_cap:
                     continue
                 grown.append(_State(kept, swapped, state.seconds + option.seconds,
-                                    _narrow(available, option.choice), state, option))
+                                    state.swaps or option.choice.swaps, _narrow(available, option.choice), state,
+                                    option))
         states = _frontier(grown)
+    states = [state for state in states if state.swaps or not need_swap]
     if not states:
         return None
     end = min(states, key=lambda state: (state.seconds, state.kept, state.swapped))
@@ -108,9 +113,9 @@ def _narrow(available: frozenset[str] | None, choice: Choice) -> frozenset[str] 
 
 def _frontier(states: list[_State]) -> list[_State]:
     """The states no other state with the same settings beats on kept bytes, swapped bytes and time."""
-    groups: dict[frozenset[str] | None, list[_State]] = {}
+    groups: dict[tuple, list[_State]] = {}
     for state in states:
-        groups.setdefault(state.available, []).append(state)
+        groups.setdefault((state.available, state.swaps), []).append(state)
     kept = []
     for group in groups.values():
         group.sort(key=lambda state: (state.kept, state.swapped, state.seconds))
