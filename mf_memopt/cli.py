@@ -148,8 +148,8 @@ def _auto(args: argparse.Namespace) -> int:
     from .estimate.report import parse_size
 
     try:
-        budget = parse_size(args.device_memory)
-        host = parse_size(args.host_memory) if args.host_memory else float("inf")
+        budget = _positive_size("--device-memory", args.device_memory, parse_size)
+        host = _positive_size("--host-memory", args.host_memory, parse_size) if args.host_memory else float("inf")
     except ValueError as error:
         print(f"auto: {error}", file=sys.stderr)
         return 2
@@ -196,3 +196,13 @@ def _auto(args: argparse.Namespace) -> int:
         print(f"auto: still over the budget after {len(rounds)} rounds", file=sys.stderr)
         return 1
     return 0
+
+
+def _positive_size(option: str, text: str, parse) -> int:
+    try:
+        size = parse(text)
+    except ValueError:
+        raise ValueError(f"{option}: not a size: {text!r} (examples: 64GiB, 32GB, 512MiB)") from None
+    if size <= 0:
+        raise ValueError(f"{option}: must be more than 0, got {text!r}")
+    return size

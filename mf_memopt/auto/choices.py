@@ -10,6 +10,7 @@ new `Choice` values with their own bytes and cost; the solver only sees `Option`
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from ..estimate.effects import LayerEffect, layer_effect
@@ -43,7 +44,7 @@ class Choice:
     @property
     def features(self) -> frozenset[str]:
         """The recompute settings this choice writes (for the per-stage count forms)."""
-        return frozenset(self.select) | ({FULL} if self.full else frozenset())
+        return _features(self.full, self.select)
 
     @property
     def name(self) -> str:
@@ -63,6 +64,11 @@ class Choice:
 
 
 KEEP = Choice()
+
+
+@functools.lru_cache(maxsize=None)
+def _features(full: bool, select: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(select) | ({FULL} if full else frozenset())
 
 
 def choice_set(*, swap: bool, select: bool = True, full: bool = True) -> tuple[Choice, ...]:

@@ -17,6 +17,7 @@ constraints are a cap on each prefix sum of kept bytes and one on the total.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -72,27 +73,32 @@ class AscendStage:
         return round(self.factor * sum(option.swapped for option in options))
 
     def runs(self, rebuilt_values: set[int], budget: int, host_budget: float) -> list[Run]:
-        runs = []
-        for rebuilt in sorted(rebuilt_values):
-            cap = self._kept_cap(rebuilt, budget)
-            if cap < 0:
-                continue
+        runs: list[Run] = []
+        caps = {rebuilt: self._kept_cap(rebuilt, budget) for rebuilt in sorted(rebuilt_values)}
+        for rebuilt, cap in caps.items():
+            if cap < 0 or any(cap == other and rebuilt < limit for limit, other in caps.items()):
+                continue   # a run with a larger limit and the same cap admits more
             runs.append(Run(admits=lambda option, limit=rebuilt: option.rebuilt <= limit,
                             prefix_caps=(INFINITE,) * self.positions, total_cap=cap,
                             host_cap=host_budget / self.factor if self.factor else INFINITE))
         return runs
 
     def _kept_cap(self, rebuilt: int, budget: int) -> int:
-        """The most kept bytes with peak <= budget (-1 if none): the peak grows with kept bytes."""
-        if self.peak_of(0, rebuilt) > budget:
-            return -1
-        low, high = 0, 1
-        while self.peak_of(high, rebuilt) <= budget:
-            low, high = high, high * 2
-        while high - low > 1:
-            middle = (low + high) // 2
-            low, high = (middle, high) if self.peak_of(middle, rebuilt) <= budget else (low, middle)
-        return low
+        return _kept_cap(self, rebuilt, budget)
+
+
+@functools.lru_cache(maxsize=4096)
+def _kept_cap(stage: AscendStage, rebuilt: int, budget: int) -> int:
+    """The most kept bytes with peak <= budget (-1 if none): the peak grows with kept bytes."""
+    if stage.peak_of(0, rebuilt) > budget:
+        return -1
+    low, high = 0, max(1, budget)
+    while stage.peak_of(high, rebuilt) <= budget:
+        low, high = high, high * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if stage.peak_of(middle, rebuilt) <= budget else (low, middle)
+    return low
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -103,12 +103,11 @@ def auto_plan(config: str | Path, *, budget: int, runtime: str = "ascend", host_
         family = families.get("indices", families["counts"])
         raise InfeasibleBudget(budget, _minimum_budgets(context, family, host_budget))
     name, stages = best
-    stages, repairs = _repair(context, families[name], name, stages, budget, host_budget)
-    estimate = context.estimate_of(_assignment(stages))
+    stages, repairs, estimate = _repair(context, families[name], name, stages, budget, host_budget)
     final = context.text_of(_assignment(stages), _header(name, budget, host_budget, runtime, stages, estimate,
                                                          references))
     return AutoPlan(config=str(path), runtime=runtime, budget=budget, host_budget=host_budget, family=name,
-                    stages=tuple(stages), text=final, estimate=context.estimate_text(final), references=references,
+                    stages=tuple(stages), text=final, estimate=estimate, references=references,
                     empty=empty, repairs=tuple(repairs))
 
 
@@ -150,7 +149,11 @@ class _Context:
         return estimate_source(parse_yaml(text, self.output_name), runtime=self.runtime, hardware=self.hardware)
 
     def estimate_of(self, assignment: Assignment) -> Estimate:
-        return self.estimate_text(self.text_of(assignment))
+        """The estimate of the YAML with these sections (built as a mapping: no text round trip)."""
+        original = self.source.get(("recompute_config",)) or {}
+        data = {**self.source.data, **sections(assignment, self.plan.layout, original)}
+        return estimate_source(Source(file=self.output_name, data=data, lines=self.source.lines),
+                               runtime=self.runtime, hardware=self.hardware)
 
 
 def solve(problem: StageProblem, budget: float, host_budget: float, *, prefixes: bool,
@@ -196,13 +199,13 @@ def _solve_family(context: _Context, name: str, choices: list[Choice], budget: i
 
 
 def _repair(context: _Context, choices: list[Choice], name: str, stages: list[StagePlan], budget: int,
-            host_budget: float) -> tuple[list[StagePlan], list[str]]:
+            host_budget: float) -> tuple[list[StagePlan], list[str], Estimate]:
     """Re-solve stages the estimator puts over the budget, held to budget minus the excess."""
     notes = []
-    for _ in range(REPAIRS):
+    for attempt in range(REPAIRS + 1):
         estimate = context.estimate_of(_assignment(stages))
         over = [stage for stage in estimate.stages if stage.peak.peak > budget]
-        if not over:
+        if not over or attempt == REPAIRS:
             break
         problems = context.stage_problems(choices)
         for stage in over:
@@ -213,7 +216,7 @@ def _repair(context: _Context, choices: list[Choice], name: str, stages: list[St
             if found is not None:
                 stages[stage.stage] = StagePlan(stage=stage.stage, layers=stages[stage.stage].layers,
                                                 options=found.options, budget=held, searched_s=found.seconds)
-    return stages, notes
+    return stages, notes, estimate
 
 
 def _assignment(stages: list[StagePlan]) -> Assignment:

@@ -49,15 +49,8 @@ class Solution:
     seconds: float
 
 
-@dataclass(slots=True)
-class _State:
-    kept: int
-    swapped: int
-    seconds: float
-    swaps: bool                     # some layer so far swaps
-    available: frozenset[str] | None
-    parent: _State | None
-    option: Option | None
+# A state: (kept, swapped, seconds, swaps, available, parent state, option); tuples keep the inner loop cheap.
+_KEPT, _SWAPPED, _SECONDS, _SWAPS, _AVAILABLE, _PARENT, _OPTION = range(7)
 
 
 def solve_stage(positions: list[list[Option]], runs: list[Run], *, prefixes: bool,
@@ -76,68 +69,79 @@ def _solve_run(positions: list[list[Option]], run: Run, *, prefixes: bool, chunk
                need_swap: bool) -> Solution | None:
     everything = frozenset().union(*(option.choice.features for options in positions for option in options))
     track_swapped = run.host_cap != float("inf")
-    states = [_State(0, 0, 0.0, False, everything if prefixes else None, None, None)]
+    states: list[tuple] = [(0, 0, 0.0, False, everything if prefixes else None, None, None)]
     for index, options in enumerate(positions):
-        states = [state for state in states if state.kept <= run.prefix_caps[index]]
-        admitted = [option for option in options if run.admits(option)]
+        cap = run.prefix_caps[index]
+        states = [state for state in states if state[_KEPT] <= cap]
+        admitted = [(option, option.choice.features, option.choice.full, option.choice.swaps,
+                     option.swapped if track_swapped else 0)
+                    for option in _undominated([option for option in options if run.admits(option)],
+                                               prefixes, track_swapped)]
         grown = []
         for state in states:
-            available = everything if prefixes and index in chunk_starts else state.available
-            for option in admitted:
-                if available is not None and not option.choice.features <= available:
+            kept0, swapped0, seconds0, swaps0, available, _, _ = state
+            if prefixes and index in chunk_starts:
+                available = everything
+            for option, features, full, swaps, swapped in admitted:
+                if available is not None and not features <= available:
                     continue
-                kept, swapped = state.kept + option.kept, state.swapped + (option.swapped if track_swapped else 0)
-                if kept > run.total_cap or swapped > run.host_cap:
+                kept = kept0 + option.kept
+                if kept > run.total_cap or swapped0 + swapped > run.host_cap:
                     continue
-                grown.append(_State(kept, swapped, state.seconds + option.seconds,
-                                    state.swaps or option.choice.swaps, _narrow(available, option.choice), state,
-                                    option))
+                narrowed = available if available is None or full else features & available
+                grown.append((kept, swapped0 + swapped, seconds0 + option.seconds, swaps0 or swaps, narrowed, state,
+                              option))
         states = _frontier(grown)
-    states = [state for state in states if state.swaps or not need_swap]
+    states = [state for state in states if state[_SWAPS] or not need_swap]
     if not states:
         return None
-    end = min(states, key=lambda state: (state.seconds, state.kept, state.swapped))
+    end = min(states, key=lambda state: (state[_SECONDS], state[_KEPT], state[_SWAPPED]))
     picked = []
-    node: _State | None = end
-    while node is not None and node.option is not None:
-        picked.append(node.option)
-        node = node.parent
-    return Solution(options=tuple(reversed(picked)), seconds=end.seconds)
+    node = end
+    while node[_OPTION] is not None:
+        picked.append(node[_OPTION])
+        node = node[_PARENT]
+    return Solution(options=tuple(reversed(picked)), seconds=end[_SECONDS])
 
 
-def _narrow(available: frozenset[str] | None, choice: Choice) -> frozenset[str] | None:
-    if available is None:
-        return None
-    return available if choice.full else choice.features & available
-
-
-def _frontier(states: list[_State]) -> list[_State]:
+def _frontier(states: list[tuple]) -> list[tuple]:
     """The states no other state with the same settings beats on kept bytes, swapped bytes and time."""
-    groups: dict[tuple, list[_State]] = {}
+    groups: dict[tuple, list[tuple]] = {}
     for state in states:
-        groups.setdefault((state.available, state.swaps), []).append(state)
+        groups.setdefault((state[_AVAILABLE], state[_SWAPS]), []).append(state)
     kept = []
     for group in groups.values():
-        group.sort(key=lambda state: (state.kept, state.swapped, state.seconds))
-        if not any(state.swapped for state in group):
+        group.sort(key=lambda state: (state[_KEPT], state[_SWAPPED], state[_SECONDS]))
+        if not any(state[_SWAPPED] for state in group):
             kept += _frontier_1d(group)
             continue
-        frontier: list[_State] = []
+        frontier: list[tuple] = []
         for state in group:
-            if not any(other.swapped <= state.swapped and other.seconds <= state.seconds for other in frontier):
-                frontier = [other for other in frontier
-                            if not (state.kept <= other.kept and state.swapped <= other.swapped
-                                    and state.seconds <= other.seconds)]
+            if not any(other[_SWAPPED] <= state[_SWAPPED] and other[_SECONDS] <= state[_SECONDS]
+                       for other in frontier):
                 frontier.append(state)
         kept += frontier
     return kept
 
 
-def _frontier_1d(group: list[_State]) -> list[_State]:
+def _frontier_1d(group: list[tuple]) -> list[tuple]:
     """Sorted by kept bytes: a state stays only if it is faster than every state keeping no more."""
     frontier, fastest = [], float("inf")
     for state in group:
-        if state.seconds < fastest:
+        if state[_SECONDS] < fastest:
             frontier.append(state)
-            fastest = state.seconds
+            fastest = state[_SECONDS]
     return frontier
+
+
+def _undominated(options: list[Option], prefixes: bool, track_swapped: bool) -> list[Option]:
+    """Drop an option when another keeps, swaps and costs no more (with the same settings in the count
+    family, where the settings decide what later layers may use; a swap only for another swap, so that
+    the best plan that swaps something stays reachable)."""
+    kept = []
+    for option in sorted(options, key=lambda item: (item.kept, item.swapped, item.seconds)):
+        if not any((other.swapped <= option.swapped or not track_swapped) and other.seconds <= option.seconds
+                   and (other.choice.swaps or not option.choice.swaps)
+                   and (not prefixes or other.choice.features == option.choice.features) for other in kept):
+            kept.append(option)
+    return kept

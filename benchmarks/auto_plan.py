@@ -1,0 +1,159 @@
+"""`auto`: (a) planning time, (b) the 7B planning table, (c) written plans trained and measured on CPU.
+
+(a) Planning time of a synthetic 128-layer Llama (pp 8, interleave 2, every choice on:
+    keep / recompute feed_forward, attention, both / full recompute / layer swap / op swap of
+    attention or feed_forward / recompute one cell and swap the other), at three budgets;
+    target under a second each, median of `REPEAT` runs.
+(b) On configs/planning/llama2_7b_swap_pp2.yaml: budget -> plan summary -> predicted
+    overhead, against "nothing" and "full recompute everywhere".
+(c) On float32 CPU configs, three budgets between the estimated full-recompute and
+    no-recompute peaks: `auto --runtime cpu` writes the plan, the real launcher trains it
+    (`STEPS` steps, its own process), and its MindSpore memory-pool peak is compared with the
+    budget, and its step time with full recompute's (trained the same way). Baseline: full
+    recompute of every layer, the plan a user without `auto` writes to be safe.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import load_note, print_table, ratio
+from benchmarks.memory import REPO, _launch, parse_log
+
+REPEAT = 5
+STEPS = 4
+CPU_CONFIGS = (REPO / "configs" / "llama_tiny.yaml", REPO / "benchmarks" / "llama_medium.yaml")
+PLANNING_7B = REPO / "configs" / "planning" / "llama2_7b_swap_pp2.yaml"
+MiB, GiB = 2**20, 2**30
+
+
+def run() -> None:
+    planning_time()
+    table_7b()
+    measured()
+
+
+def _large_config(work: Path) -> Path:
+    """Llama2-7B shapes with 128 layers over 8 stages x 2 interleave chunks, nothing recomputed."""
+    text = PLANNING_7B.read_text()
+    text = text.replace("num_layers: 32", "num_layers: 128").replace("pipeline_stage: 2", "pipeline_stage: 8")
+    text = text.replace("micro_batch_num: 8", "micro_batch_num: 16")
+    text = text.replace("    offset: 0\n", "    offset: 0\n    pp_interleave_num: 2\n")
+    text = text.replace("parallel:\n", "parallel:\n  pipeline_config:\n    pipeline_interleave: true\n", 1)
+    text = text[:text.index("recompute_config:")] + "recompute_config:\n  recompute: False\n\nswap_config:\n  swap: False\n"
+    path = work / "llama_128l_pp8_vpp2.yaml"
+    path.write_text(text)
+    return path
+
+
+def planning_time() -> None:
+    from mf_memopt.auto import auto_plan, choice_set
+
+    load = load_note()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="mf_memopt_auto_") as tmp:
+        config = _large_config(Path(tmp))
+        choices = choice_set(swap=True)
+        references = auto_plan(config, budget=1 << 50, choices=choices).references
+        low = max(stage.peak.peak for stage in references["full recompute"].stages)
+        high = max(stage.peak.peak for stage in references["nothing"].stages)
+        for share in (0.25, 0.5, 0.75):
+            budget = int(low + share * (high - low))
+            cpu, wall, result = [], [], None
+            for _ in range(REPEAT):
+                began, began_cpu = time.perf_counter(), time.process_time()
+                result = auto_plan(config, budget=budget, choices=choices)
+                cpu.append(time.process_time() - began_cpu)
+                wall.append(time.perf_counter() - began)
+            assert result is not None
+            overhead = max(stage.overhead for stage in result.estimate.stages)
+            rows.append([f"{budget / GiB:.1f} GiB", f"{len(choices)}", result.family, f"{overhead:.1%}",
+                         f"{statistics.median(cpu) * 1e3:.0f} ms", f"{statistics.median(wall) * 1e3:.0f} ms",
+                         "yes" if max(cpu) < 1 else "NO"])
+    print_table(f"(a) auto planning time: 128 layers, pp 8, interleave 2 (16 layers per stage), every choice on; "
+                f"median of {REPEAT}, including the estimates of the plan and of both reference plans. The planner "
+                f"is one single-threaded process: its CPU time is its time on a free core; the wall time depends "
+                f"on the machine's load ({load})",
+                ("budget", "choices", "written as", "worst stage overhead", "CPU time", "wall time", "< 1 s"), rows)
+
+
+def table_7b() -> None:
+    from mf_memopt.auto import InfeasibleBudget, auto_plan
+    from mf_memopt.auto.writer import describe
+
+    rows = []
+    for budget_gib in (64, 44, 40, 36, 32, 30, 28, 27.5, 27):
+        budget = int(budget_gib * GiB)
+        try:
+            result = auto_plan(PLANNING_7B, budget=budget)
+        except InfeasibleBudget as error:
+            rows.append([f"{budget_gib:g} GiB", "infeasible: at least "
+                         f"{max(error.minimum.values()) / GiB:.2f} GiB (stage {error.binding})", "-", "-", "-", "-"])
+            continue
+        full = result.references["full recompute"]
+        for plan, stage, every in zip(result.stages, result.estimate.stages, full.stages):
+            summary = describe(plan.layers, [option.choice for option in plan.options],
+                               [option.prefetch for option in plan.options])
+            rows.append([f"{budget_gib:g} GiB" if stage.stage == 0 else "", str(stage.stage),
+                         f"{stage.peak.peak / GiB:.1f} GiB", summary, f"{stage.overhead:.1%}",
+                         f"{every.overhead:.1%} ({every.peak.peak / GiB:.1f} GiB)"])
+    print_table(f"(b) auto on {PLANNING_7B.relative_to(REPO)} (ascend runtime, 150 TFLOPS, 25 GB/s host link): "
+                "predicted overhead = (recompute + swap stalls) / compute",
+                ("budget", "stage", "predicted peak", "plan", "overhead", "full recompute: overhead (peak)"), rows)
+
+
+def measured() -> None:
+    from mf_memopt.auto import auto_plan
+
+    load = load_note()
+    rows, verdicts = [], []
+    with tempfile.TemporaryDirectory(prefix="mf_memopt_auto_measure_") as tmp:
+        for config in CPU_CONFIGS:
+            probe = auto_plan(config, budget=1 << 40, runtime="cpu")
+            low = probe.references["full recompute"].stages[0].peak.peak
+            high = probe.references["nothing"].stages[0].peak.peak
+            full = _train(config.read_text(), probe, "full", Path(tmp) / config.stem / "full")
+            rows.append([config.name, "full recompute (baseline)", "-", f"{low / MiB:.1f}", str(full.peak_mb), "-",
+                         "100%", f"{full.step_ms:.0f}", "1.00x"])
+            for share in (0.25, 0.5, 0.75):
+                budget = int(low + share * (high - low))
+                plan = auto_plan(config, budget=budget, runtime="cpu")
+                result = _train(plan.text, plan, f"{share}", Path(tmp) / config.stem / f"b{share}")
+                stage = plan.estimate.stages[0]
+                full_s = plan.references["full recompute"].stages[0].recompute_s
+                within = result.peak_mb * MiB <= budget
+                verdicts.append(within and stage.recompute_s < full_s)
+                rows.append([config.name, _summary(plan), f"{budget / MiB:.1f}", f"{stage.peak.peak / MiB:.1f}",
+                             str(result.peak_mb), "yes" if within else "NO",
+                             f"{stage.recompute_s / full_s:.0%}", f"{result.step_ms:.0f}",
+                             ratio(result.step_ms, full.step_ms)])
+    print_table(f"(c) auto --runtime cpu: written plan trained by the launcher ({STEPS} steps; step time: mean after "
+                f"the first), memory-pool peak (MiB) against the budget; {load}",
+                ("config", "plan", "budget", "predicted", "measured", "within", "recompute FLOPs vs full",
+                 "step ms", "vs full"), rows)
+    print(f"every plan within its budget and recomputing less than full recompute: "
+          f"{'yes' if all(verdicts) else 'NO'}")
+
+
+def _summary(plan) -> str:
+    from mf_memopt.auto.writer import describe
+
+    stage = plan.stages[0]
+    return describe(stage.layers, [option.choice for option in stage.options], [None] * len(stage.options))
+
+
+def _train(text: str, plan, name: str, work: Path):
+    work.mkdir(parents=True)
+    if name == "full":
+        from mf_memopt.auto.choices import Choice
+        from mf_memopt.auto.planner import _Context
+        from mf_memopt.source import parse_yaml
+
+        context = _Context.read(parse_yaml(text, plan.config), "cpu", plan.estimate.hardware, text, plan.config)
+        text = context.text_of(context.uniform(Choice(full=True)))
+    config = work / "config.yaml"
+    config.write_text(text)
+    return parse_log(name, _launch(config, STEPS, work))
