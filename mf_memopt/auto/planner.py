@@ -194,8 +194,29 @@ def _solve_family(context: _Context, name: str, choices: list[Choice], budget: i
         if not extra:
             return None
         found[min(extra)[1]] = swapping[min(extra)[1]]
-    return [StagePlan(stage=problem.stage, layers=problem.layers, options=item.options, budget=budget,
+    return [StagePlan(stage=problem.stage, layers=problem.layers,
+                      options=item.options if name == "counts" else _grouped(item.options), budget=budget,
                       searched_s=item.seconds) for problem, item in zip(problems, found)]
+
+
+def _grouped(options: tuple[Option, ...]) -> tuple[Option, ...]:
+    """The same options, strongest first, so that the index lists come out as runs of layers.
+
+    With layer indices a stage's peak and time depend only on which options it uses, not where
+    (every swap offered moves no more than one layer's forward can carry, whatever its place),
+    except that the last layer does not swap: it keeps an option that does not.
+    """
+    ordered = sorted(options, key=_strength)
+    if ordered and ordered[-1].choice.swaps and not options[-1].choice.swaps:
+        last = max(index for index, option in enumerate(ordered) if not option.choice.swaps)
+        ordered.append(ordered.pop(last))
+    return tuple(ordered)
+
+
+def _strength(option: Option) -> tuple:
+    choice = option.choice
+    return (not choice.full, -len(choice.select), choice.select, not choice.swaps, not choice.layer_swap,
+            choice.op_swap)
 
 
 def _repair(context: _Context, choices: list[Choice], name: str, stages: list[StagePlan], budget: int,
