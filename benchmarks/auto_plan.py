@@ -43,7 +43,8 @@ def _large_config(work: Path) -> Path:
     text = text.replace("micro_batch_num: 8", "micro_batch_num: 16")
     text = text.replace("    offset: 0\n", "    offset: 0\n    pp_interleave_num: 2\n")
     text = text.replace("parallel:\n", "parallel:\n  pipeline_config:\n    pipeline_interleave: true\n", 1)
-    text = text[:text.index("recompute_config:")] + "recompute_config:\n  recompute: False\n\nswap_config:\n  swap: False\n"
+    plain = "recompute_config:\n  recompute: False\n\nswap_config:\n  swap: False\n"
+    text = text[:text.index("recompute_config:")] + plain
     path = work / "llama_128l_pp8_vpp2.yaml"
     path.write_text(text)
     return path

@@ -37,7 +37,8 @@ class Round:
         from ..estimate.report import human
 
         verdict = "within the budget" if self.measured <= budget else f"over by {human(self.measured - budget)}"
-        return (f"round {self.number}: planned for {human(self.planned_for)}, predicted peak {human(self.predicted)}, "
+        return (f"round {self.number}: planned for {human(self.planned_for)}, "
+                f"predicted peak {human(self.predicted)}, "
                 f"measured pool peak {human(self.measured)}: {verdict}")
 
 

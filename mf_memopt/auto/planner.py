@@ -289,5 +289,6 @@ def _header(family: str, budget: int, host_budget: float, runtime: str, stages: 
         lines.append(f"for comparison, {name}: " + ", ".join(
             f"stage {stage.stage} peak {human(stage.peak.peak)}, overhead {stage.overhead:.1%}"
             for stage in reference.stages))
-    lines.append(f"Check: python -m mf_memopt estimate THIS.yaml --runtime {runtime} --device-memory {human(budget).replace(' ', '')}")
+    size = human(budget).replace(" ", "")
+    lines.append(f"Check: python -m mf_memopt estimate THIS.yaml --runtime {runtime} --device-memory {size}")
     return lines

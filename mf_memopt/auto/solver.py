@@ -8,10 +8,10 @@ is (bytes kept so far, bytes swapped so far, which recompute settings may still 
 with its least added time; a state is dropped when another with the same settings keeps
 and swaps no more bytes for no more time (every constraint ahead grows with those two
 sums, so nothing reachable from it can be better); states that swap some layer are kept
-apart from those that do not, so that "the best plan that swaps something" is exact too. Each `Run` (see `limits.py`) fixes the
-one term that is not a sum. The result is the exact optimum of the stage model over the
-options offered; `tests/test_auto_solver.py` checks it against brute force through the
-estimator.
+apart from those that do not, so that "the best plan that swaps something" is exact too.
+Each `Run` (see `limits.py`) fixes the one term of the peak that is not a sum. The result
+is the exact optimum over the options offered; `tests/test_auto_solver.py` checks it
+against brute force through the estimator.
 
 Per-stage count forms (`recompute: [n, ...]`, `select_recompute: {cell: [n, ...]}`, used
 when nothing is swapped) apply to the *first* n layers of each stage or chunk, so in that
