@@ -157,7 +157,6 @@ def _auto(args: argparse.Namespace) -> int:
         print("auto: --measure trains the plan on this machine's CPU launcher: use it with --runtime cpu",
               file=sys.stderr)
         return 2
-    hardware = Hardware(device_memory=budget, tflops=args.tflops, host_gbps=args.host_bandwidth)
     output = Path(args.output) if args.output else None
 
     def plan_for(target: int):
@@ -178,7 +177,6 @@ def _auto(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(infeasible_json(error), indent=2))
         return 1
-    del hardware
     if output and not args.measure:
         output.write_text(result.text, encoding="utf-8")
     if args.json:

@@ -73,7 +73,6 @@ class AutoPlan:
     references: dict[str, Estimate]
     empty: bool                 # the budget holds the plan without any recompute or swap
     repairs: tuple[str, ...] = ()
-    notes: tuple[str, ...] = field(default=())
 
     @property
     def fits(self) -> bool:
