@@ -164,6 +164,27 @@ def test_host_budget_limits_swap(capsys):
     assert sum(stage["overhead"] for stage in held["stages"]) > sum(stage["overhead"] for stage in free["stages"])
 
 
+def test_measure_tightens_by_the_measured_excess_at_most_three_times(tmp_path):
+    """The loop itself, with a stand-in for the launcher that reports the pool a few MiB over the prediction."""
+    from mf_memopt.auto.measure import measure_rounds
+
+    def plan_for(target: int):
+        return auto_plan(TINY, budget=target, runtime="cpu")
+
+    def train(config: Path, work: Path) -> int:
+        planned = estimate_config(config, runtime="cpu").stages[0].peak.peak
+        return planned + 5 * MiB
+
+    lines: list[str] = []
+    rounds = measure_rounds(plan_for, 50 * MiB, tmp_path / "out.yaml", lines.append, train=train)
+    assert [item.planned_for for item in rounds][:2] == [50 * MiB, 50 * MiB - (rounds[0].measured - 50 * MiB)]
+    assert len(rounds) <= 3 and len(lines) == len(rounds)
+    assert lines[0].startswith("round 1: planned for 50.0 MiB, predicted peak 49.8 MiB, measured pool peak 54.8 MiB: "
+                               "over by 4.8 MiB")
+    assert rounds[-1].measured <= 50 * MiB and lines[-1].endswith("within the budget")
+    assert (tmp_path / "out.yaml").read_text() == rounds[-1].plan.text
+
+
 @pytest.mark.mindspore
 def test_measure_trains_the_plan_and_stays_within_the_budget(capsys, tmp_path):
     out_file = tmp_path / "measured.yaml"

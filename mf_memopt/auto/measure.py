@@ -59,7 +59,7 @@ def train_peak(config: Path, work: Path) -> int:
 
 
 def measure_rounds(plan_for: Callable[[int], AutoPlan], budget: int, output: Path | None,
-                   report: Callable[[str], None]) -> list[Round]:
+                   report: Callable[[str], None], train: Callable[[Path, Path], int] = train_peak) -> list[Round]:
     """Plan, train, compare; tighten by the measured excess; the rounds made (the last one's plan is written)."""
     rounds: list[Round] = []
     target = budget
@@ -70,7 +70,7 @@ def measure_rounds(plan_for: Callable[[int], AutoPlan], budget: int, output: Pat
             written.write_text(plan.text, encoding="utf-8")
             work = Path(tmp) / f"run{number}"
             work.mkdir()
-            measured = train_peak(written.resolve(), work)
+            measured = train(written.resolve(), work)
             rounds.append(Round(number=number, planned_for=target,
                                 predicted=max(stage.peak.peak for stage in plan.estimate.stages),
                                 measured=measured, plan=plan))
