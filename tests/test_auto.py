@@ -91,6 +91,19 @@ def test_interleaved_counts_round_trip(tmp_path):
     assert recompute is False or (isinstance(recompute, list) and len(recompute) == 2)   # [chunk][stage] counts
 
 
+@pytest.mark.parametrize("config", sorted((ROOT / "configs/planning").glob("*.yaml")), ids=lambda path: path.name)
+def test_shipped_planning_configs_get_plans_that_validate_cleanly(tmp_path, config):
+    from mf_memopt.config import load_plan
+
+    probe = auto_plan(config, budget=1 << 50)
+    low = max(stage.peak.peak for stage in probe.references["full recompute"].stages)
+    high = max(stage.peak.peak for stage in probe.references["nothing"].stages)
+    result = auto_plan(config, budget=(low + high) // 2)
+    written = load_plan(_write(tmp_path / "out.yaml", result.text))
+    assert written.warnings == ()
+    assert all(stage.peak.peak <= (low + high) // 2 for stage in estimate_config(tmp_path / "out.yaml").stages)
+
+
 def _no_swap():
     from mf_memopt.auto import choice_set
 

@@ -5,7 +5,10 @@ interleave chunk, `True` when every layer): the solver only picks plans in which
 setting covers the first layers of each stage or chunk, so counts can say it. Select
 counts include the fully recomputed layers before them (full recompute wins there, rule
 1). With swap the keys take layer indices (seed 001). Only `recompute_config` and
-`swap_config` change; the rest of the file is kept line for line.
+`swap_config` change; the rest of the file is kept line for line. Of the section's other keys,
+a boolean `select_comm_recompute` is kept, and the `Cell.recompute` options
+(`mp_comm_recompute`, ...) are kept when some layer is fully recomputed, the only layers
+they act on.
 """
 
 from __future__ import annotations
@@ -41,8 +44,10 @@ def sections(assignment: Assignment, layout: Layout, original: dict[str, Any]) -
     else:
         recompute = _by_counts(assignment, layout)
         swap = {"swap": False}
+    full = any(choice.full for choice in assignment.choices.values())
     for key in _KEPT_OPTIONS:
-        if isinstance(original.get(key), bool):
+        # The Cell.recompute options only act on full-recompute layers (validate warns otherwise).
+        if isinstance(original.get(key), bool) and (full or key == "select_comm_recompute"):
             recompute[key] = original[key]
     recompute.setdefault("select_comm_recompute", False)
     return {"recompute_config": recompute, "swap_config": swap}
