@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 
 from benchmarks.common import load_note, print_table, ratio
-from benchmarks.memory import REPO, _launch, parse_log
+from benchmarks.memory import PEAK, REPO, _launch
 
 REPEAT = 5
-STEPS = 8
-STEP_TIME = re.compile(r"step (\d+)/\d+: loss \S+, step time ([0-9.]+) ms")
+STEPS = 4
+PER_STEP = re.compile(r"per_step_time: (\d+)ms")
 CPU_CONFIGS = (REPO / "configs" / "llama_tiny.yaml", REPO / "benchmarks" / "llama_medium.yaml")
 PLANNING_7B = REPO / "configs" / "planning" / "llama2_7b_swap_pp2.yaml"
 MiB, GiB = 2**20, 2**30
@@ -109,35 +109,74 @@ def table_7b() -> None:
 
 
 def measured() -> None:
+    """Budgets between the measured full-recompute and no-recompute pool peaks; plans made with --measure."""
     from mf_memopt.auto import auto_plan
+    from mf_memopt.auto.choices import KEEP, Choice
+    from mf_memopt.auto.measure import measure_rounds
 
     load = load_note()
     rows, verdicts = [], []
     with tempfile.TemporaryDirectory(prefix="mf_memopt_auto_measure_") as tmp:
         for config in CPU_CONFIGS:
+            work = Path(tmp) / config.stem
             probe = auto_plan(config, budget=1 << 40, runtime="cpu")
-            low = probe.references["full recompute"].stages[0].peak.peak
-            high = probe.references["nothing"].stages[0].peak.peak
-            full_peak, full_ms = _train(config.read_text(), probe, "full", Path(tmp) / config.stem / "full")
-            rows.append([config.name, "full recompute (baseline)", "-", f"{low / MiB:.1f}", str(full_peak), "-",
-                         "100%", f"{full_ms:.0f}", "1.00x"])
+            full_peak, full_ms = _train(_uniform(config, probe, Choice(full=True)), work / "full")
+            none_peak, none_ms = _train(_uniform(config, probe, KEEP), work / "none")
+            for name, peak, step_ms, reference in (("full recompute (baseline)", full_peak, full_ms, "full recompute"),
+                                                   ("nothing", none_peak, none_ms, "nothing")):
+                predicted = probe.references[reference].stages[0].peak.peak / MiB
+                _row(rows, [config.name, name, "-", "-", f"{predicted:.1f}", str(peak), "-",
+                            "100%" if reference == "full recompute" else "0%", _ms(step_ms), _vs(step_ms, full_ms)])
             for share in (0.25, 0.5, 0.75):
-                budget = int(low + share * (high - low))
-                plan = auto_plan(config, budget=budget, runtime="cpu")
-                peak, step_ms = _train(plan.text, plan, f"{share}", Path(tmp) / config.stem / f"b{share}")
+                budget = int((full_peak + share * (none_peak - full_peak)) * MiB)
+                runs: list[tuple[int, float | None]] = []
+
+                def train(path: Path, run: Path) -> int:
+                    runs.append(_train(path.read_text(), run))
+                    return runs[-1][0] * MiB
+
+                rounds = measure_rounds(lambda target: auto_plan(config, budget=target, runtime="cpu"), budget, None,
+                                        report=lambda line: print(f"  {config.name}: {line}", flush=True),
+                                        train=train)
+                plan = rounds[-1].plan
+                peak, step_ms = runs[-1]
                 stage = plan.estimate.stages[0]
                 full_s = plan.references["full recompute"].stages[0].recompute_s
                 within = peak * MiB <= budget
                 verdicts.append(within and stage.recompute_s < full_s)
-                rows.append([config.name, _summary(plan), f"{budget / MiB:.1f}", f"{stage.peak.peak / MiB:.1f}",
-                             str(peak), "yes" if within else "NO",
-                             f"{stage.recompute_s / full_s:.0%}", f"{step_ms:.0f}", ratio(step_ms, full_ms)])
-    print_table(f"(c) auto --runtime cpu: written plan trained by the launcher ({STEPS} steps; step time: median of "
-                f"steps 2-{STEPS}), memory-pool peak (MiB) against the budget; {load}",
-                ("config", "plan", "budget", "predicted", "measured", "within", "recompute FLOPs vs full",
-                 "step ms", "vs full"), rows)
+                _row(rows, [config.name, _summary(plan), f"{budget / MiB:.0f}", str(len(rounds)),
+                            f"{stage.peak.peak / MiB:.1f}", str(peak), "yes" if within else "NO",
+                            f"{stage.recompute_s / full_s:.0%}", _ms(step_ms), _vs(step_ms, full_ms)])
+    print_table(f"(c) auto --runtime cpu --measure: budgets a quarter, half and three quarters of the way from the "
+                f"measured full-recompute to the no-recompute pool peak; the written plan trained by the launcher "
+                f"({STEPS} steps; step time: MindFormers' per_step_time, median of steps 2-{STEPS}); pool peaks in MiB; "
+                f"{load}",
+                ("config", "plan", "budget", "rounds", "predicted", "measured", "within",
+                 "recompute FLOPs vs full", "step ms", "vs full"), rows)
     print(f"every plan within its budget and recomputing less than full recompute: "
           f"{'yes' if all(verdicts) else 'NO'}")
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}"
+
+
+def _vs(value: float | None, baseline: float | None) -> str:
+    return "n/a" if value is None or baseline is None else ratio(value, baseline)
+
+
+def _row(rows: list, row: list) -> None:
+    rows.append(row)
+    print("  row: " + " | ".join(row), flush=True)
+
+
+def _uniform(config: Path, plan, choice) -> str:
+    from mf_memopt.auto.planner import _Context
+    from mf_memopt.source import parse_yaml
+
+    text = config.read_text()
+    context = _Context.read(parse_yaml(text, str(config)), "cpu", plan.estimate.hardware, text, str(config))
+    return context.text_of(context.uniform(choice))
 
 
 def _summary(plan) -> str:
@@ -147,18 +186,19 @@ def _summary(plan) -> str:
     return describe(stage.layers, [option.choice for option in stage.options], [None] * len(stage.options))
 
 
-def _train(text: str, plan, name: str, work: Path):
-    work.mkdir(parents=True)
-    if name == "full":
-        from mf_memopt.auto.choices import Choice
-        from mf_memopt.auto.planner import _Context
-        from mf_memopt.source import parse_yaml
+def _train(text: str, work: Path) -> tuple[int, float | None]:
+    """Train the YAML text with the launcher in its own process: (pool peak MiB, median step ms after the first).
 
-        context = _Context.read(parse_yaml(text, plan.config), "cpu", plan.estimate.hardware, text, plan.config)
-        text = context.text_of(context.uniform(Choice(full=True)))
+    The step time is MindFormers' own (`per_step_time` of its loss monitor, in the logs under the
+    output directory); None if the config has no loss monitor.
+    """
+    work.mkdir(parents=True, exist_ok=True)
     config = work / "config.yaml"
     config.write_text(text)
     log = _launch(config, STEPS, work)
-    steps = [float(ms) for number, ms in STEP_TIME.findall(log) if int(number) > 1]
-    result = parse_log(name, log)
-    return result.peak_mb, statistics.median(steps)
+    peaks = PEAK.findall(log)
+    if not peaks:
+        raise RuntimeError(f"{config}: no memory-pool peak in the launcher's output")
+    times = [float(value) for path in sorted((work / "output").rglob("*.log"))
+             for value in PER_STEP.findall(path.read_text(errors="replace"))]
+    return int(peaks[-1]), statistics.median(times[1:]) if len(times) > 1 else None

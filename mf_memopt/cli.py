@@ -189,6 +189,13 @@ def _auto(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2))
     else:
         print(auto_text(result))
+        if args.measure:
+            from .estimate.report import human
+
+            last = rounds[-1]
+            verdict = "within" if last.measured <= budget else "over"
+            print(f"measured after {len(rounds)} round(s): the plan made for {human(last.planned_for)} peaks at "
+                  f"{human(last.measured)} in the memory pool, {verdict} the {human(budget)} budget")
         print(f"written to {output}" if output else "(no --output: the YAML was not written)")
     if args.measure and rounds[-1].measured > budget:
         print(f"auto: still over the budget after {len(rounds)} rounds", file=sys.stderr)
