@@ -189,8 +189,8 @@ def _summary(plan) -> str:
 def _train(text: str, work: Path) -> tuple[int, float | None]:
     """Train the YAML text with the launcher in its own process: (pool peak MiB, median step ms after the first).
 
-    The step time is MindFormers' own (`per_step_time` of its loss monitor, in the logs under the
-    output directory); None if the config has no loss monitor.
+    The step time is MindFormers' own (`per_step_time` of its loss monitor, in its log files under
+    `work`); None if the config has no loss monitor.
     """
     work.mkdir(parents=True, exist_ok=True)
     config = work / "config.yaml"
@@ -199,6 +199,6 @@ def _train(text: str, work: Path) -> tuple[int, float | None]:
     peaks = PEAK.findall(log)
     if not peaks:
         raise RuntimeError(f"{config}: no memory-pool peak in the launcher's output")
-    times = [float(value) for path in sorted((work / "output").rglob("*.log"))
+    times = [float(value) for path in sorted(work.rglob("*.log"))
              for value in PER_STEP.findall(path.read_text(errors="replace"))]
     return int(peaks[-1]), statistics.median(times[1:]) if len(times) > 1 else None
