@@ -108,7 +108,7 @@ def table_7b() -> None:
                 ("budget", "stage", "predicted peak", "plan", "overhead", "full recompute: overhead (peak)"), rows)
 
 
-def measured() -> None:
+def measured(configs: tuple[Path, ...] = CPU_CONFIGS) -> None:
     """Budgets between the measured full-recompute and no-recompute pool peaks; plans made with --measure."""
     from mf_memopt.auto import auto_plan
     from mf_memopt.auto.choices import KEEP, Choice
@@ -117,7 +117,7 @@ def measured() -> None:
     load = load_note()
     rows, verdicts = [], []
     with tempfile.TemporaryDirectory(prefix="mf_memopt_auto_measure_") as tmp:
-        for config in CPU_CONFIGS:
+        for config in configs:
             work = Path(tmp) / config.stem
             probe = auto_plan(config, budget=1 << 40, runtime="cpu")
             full_peak, full_ms = _train(_uniform(config, probe, Choice(full=True)), work / "full")

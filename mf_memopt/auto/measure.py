@@ -3,8 +3,8 @@
 The launcher runs in a child process (`run_mindformer_memopt.py --run_mode train
 --train_steps 1`) with MindSpore's pool report on (`GLOG_v=2`,
 `MS_SUBMODULE_LOG_v={PRE_ACT:1}`), so the peak printed at exit belongs to that plan alone.
-When the measured peak is over the budget, the next round plans for the budget minus the
-measured excess; at most `ROUNDS` rounds.
+When the measured peak is over the budget, the next round plans for the previous plan's
+predicted peak (at most its target) minus the measured excess; at most `ROUNDS` rounds.
 """
 
 from __future__ import annotations
@@ -77,5 +77,6 @@ def measure_rounds(plan_for: Callable[[int], AutoPlan], budget: int, output: Pat
             report(rounds[-1].line(budget))
             if measured <= budget:
                 break
-            target -= measured - budget
+            # The plan landed at its predicted peak (at most the target): the excess is counted from there.
+            target = min(target, rounds[-1].predicted) - (measured - budget)
     return rounds
