@@ -80,7 +80,7 @@ def _auto_parser(commands) -> None:
     auto.add_argument("--json", action="store_true", help="print the result as JSON (bytes, seconds)")
     auto.add_argument("--measure", action="store_true",
                       help="cpu runtime: train 1 step of the plan, read the pool peak, and if it is over the budget "
-                           "plan again for the budget minus the excess (at most 3 rounds)")
+                           "plan again for its predicted peak minus the excess (at most 3 rounds)")
     auto.set_defaults(run=_auto)
 
 
