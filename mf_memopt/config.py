@@ -32,7 +32,7 @@ def load_plan(config: str | Path | Mapping[str, Any], *, strict: bool = False) -
 
 
 def plan_source(source: Source, *, strict: bool = False) -> Plan:
-    issues = schema_issues(source)
+    issues = [*source.warnings, *schema_issues(source)]
     blocked = _blocker(issues)
     layout = None if any(blocked(path) for path in _LAYOUT_KEYS) else layout_from(source, issues)
     issues += context_issues(source)
@@ -49,7 +49,7 @@ def plan_source(source: Source, *, strict: bool = False) -> Plan:
 
 def _conflict_issue(source: Source, conflict) -> ConfigIssue:
     dropped = conflict.dropped.origin
-    return ConfigIssue(file=source.file, line=dropped.line, path=dropped.key,
+    return ConfigIssue(file=source.file_of(dropped.path), line=dropped.line, path=dropped.key,
                        message=f"conflict (--strict): {conflict.message()}",
                        hint="remove the overlap so that each layer and operator is set by one rule")
 

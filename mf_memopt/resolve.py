@@ -40,18 +40,55 @@ class _Ledger:
 
 def resolve(rules: Rules, layout: Layout, *, file: str, warnings=()) -> Plan:
     ledger = _Ledger()
-    layers = tuple(_layer_plan(rules, layout, layer, ledger) for layer in range(layout.num_layers))
-    return Plan(file=file, layout=layout, rules=rules, layers=layers, conflicts=ledger.conflicts(),
+    outcomes: dict[tuple, _Outcome] = {}  # layers under the same rules resolve alike: decide once
+    layers = []
+    for layer in range(layout.num_layers):
+        signature = _signature(rules, layer)
+        outcome = outcomes.get(signature)
+        if outcome is None:
+            outcome = outcomes[signature] = _outcome(rules, *signature)
+        for event in outcome.events:
+            ledger.record(*event, layer)
+        stage, chunk = layout.position(layer)
+        layers.append(LayerPlan(layer=layer, stage=stage, chunk=chunk, full_recompute=outcome.full,
+                                **outcome.uses, layer_swap=outcome.layer_swap, op_swap=outcome.op_swap))
+    return Plan(file=file, layout=layout, rules=rules, layers=tuple(layers), conflicts=ledger.conflicts(),
                 warnings=tuple(warnings))
 
 
-def _layer_plan(rules: Rules, layout: Layout, layer: int, ledger: _Ledger) -> LayerPlan:
-    stage, chunk = layout.position(layer)
-    full = rules.full.origin if layer in rules.full.layers else None
-    uses = {kind: [Use(pattern=rule.pattern, origin=rule.origin) for rule in rules.of_kind(kind)
-                   if layer in rule.layers] for kind in Kind}
+@dataclass
+class _Outcome:
+    full: object
+    uses: dict
+    layer_swap: SwapUse | None
+    op_swap: tuple[SwapUse, ...]
+    events: list
+
+
+class _Recorder:
+    """Collects one layer's conflicts, to be replayed on every layer with the same rules."""
+
+    def __init__(self):
+        self.events: list[tuple] = []
+
+    def record(self, rule: str, kept: Party, dropped: Party, effect: Effect, _layer: int | None) -> None:
+        self.events.append((rule, kept, dropped, effect))
+
+
+def _signature(rules: Rules, layer: int) -> tuple:
+    return (layer in rules.full.layers,
+            tuple(index for index, rule in enumerate(rules.patterns) if layer in rule.layers),
+            tuple(index for index, rule in enumerate(rules.swaps) if layer in rule.layers))
+
+
+def _outcome(rules: Rules, full_here: bool, pattern_ids: tuple[int, ...], swap_ids: tuple[int, ...]) -> _Outcome:
+    ledger, layer = _Recorder(), None
+    full = rules.full.origin if full_here else None
+    chosen = [rules.patterns[index] for index in pattern_ids]
+    uses = {kind: [Use(pattern=rule.pattern, origin=rule.origin) for rule in chosen if rule.kind is kind]
+            for kind in Kind}
     swaps = [SwapUse(pattern=rule.pattern, prefetch=rule.prefetch, origin=rule.origin, default=rule.default)
-             for rule in rules.swaps if layer in rule.layers]
+             for rule in (rules.swaps[index] for index in swap_ids)]
     if full is not None:
         full_party = Party(what="full recompute", origin=full)
         for kind in (Kind.SELECT, Kind.COMM):
@@ -65,13 +102,12 @@ def _layer_plan(rules: Rules, layout: Layout, layer: int, ledger: _Ledger) -> La
     uses[Kind.COMM] = _drop_excluded(uses[Kind.COMM], uses[Kind.COMM_EXCLUDE], Kind.COMM, layer, ledger)
     swaps = _recompute_over_swap(swaps, uses[Kind.SELECT], layer, ledger)
     layer_swap = next((swap for swap in swaps if swap.pattern is None), None)
-    return LayerPlan(layer=layer, stage=stage, chunk=chunk, full_recompute=full,
-                     **{kind.value: tuple(uses[kind]) for kind in Kind},
-                     layer_swap=layer_swap, op_swap=tuple(swap for swap in swaps if swap.pattern is not None))
+    return _Outcome(full=full, uses={kind.value: tuple(uses[kind]) for kind in Kind}, layer_swap=layer_swap,
+                    op_swap=tuple(swap for swap in swaps if swap.pattern is not None), events=ledger.events)
 
 
-def _drop_excluded(selected: list[Use], excluded: list[Use], kind: Kind, layer: int,
-                   ledger: _Ledger) -> list[Use]:
+def _drop_excluded(selected: list[Use], excluded: list[Use], kind: Kind, layer: int | None,
+                   ledger: _Recorder) -> list[Use]:
     kept = []
     for use in selected:
         winner = next((ex for ex in excluded if covers(ex.pattern, use.pattern)), None)
@@ -83,8 +119,8 @@ def _drop_excluded(selected: list[Use], excluded: list[Use], kind: Kind, layer: 
     return kept
 
 
-def _recompute_over_swap(swaps: list[SwapUse], recomputed: list[Use], layer: int,
-                         ledger: _Ledger) -> list[SwapUse]:
+def _recompute_over_swap(swaps: list[SwapUse], recomputed: list[Use], layer: int | None,
+                         ledger: _Recorder) -> list[SwapUse]:
     kept = []
     for swap in swaps:
         inside = None if swap.pattern is None else \
