@@ -12,6 +12,7 @@ from typing import Any
 
 from .checks import context_issues
 from .errors import ConfigError, ConfigIssue, key_path, raise_if_errors, unique
+from .modelcheck import model_issues
 from .layout import INTERLEAVE, NUM_LAYERS, OFFSET, PIPELINE_STAGE, layout_from
 from .plan import Plan
 from .resolve import resolve
@@ -36,6 +37,7 @@ def plan_source(source: Source, *, strict: bool = False) -> Plan:
     blocked = _blocker(issues)
     layout = None if any(blocked(path) for path in _LAYOUT_KEYS) else layout_from(source, issues)
     issues += context_issues(source)
+    issues += model_issues(source)
     rules = normalise(source, layout, issues, blocked) if layout is not None else None
     issues = unique(issues)
     raise_if_errors(issues)

@@ -23,6 +23,7 @@ DEFAULT_SELECT = (r"feed_forward\.mul", r"feed_forward\.w1\.activation\.silu")
 DEFAULT_COMM = (r".*\.norm",)
 DEFAULT_SWAP = r".*\.flash_attention"
 DEFAULT_PREFETCH = 1
+MAX_PATTERNS = 128  # in one document; resolving compares patterns pairwise in every distinct layer
 
 RECOMPUTE: KeyPath = ("recompute_config",)
 SWAP: KeyPath = ("swap_config",)
@@ -113,6 +114,7 @@ class _Reader:
                  blocked: Callable[[KeyPath], bool]):
         self.source, self.layout, self.issues, self.blocked = source, layout, issues, blocked
         self.swap = source.get((*SWAP, "swap")) is True
+        self.patterns_read = 0
 
     def origin(self, path: KeyPath) -> Origin:
         return Origin(path=path, line=self.source.line_of(path))
@@ -126,6 +128,13 @@ class _Reader:
                              issues=self.issues)
 
     def pattern_ok(self, text: str, path: KeyPath) -> bool:
+        self.patterns_read += 1
+        if self.patterns_read > MAX_PATTERNS:
+            if self.patterns_read == MAX_PATTERNS + 1:
+                self.issues.append(self.source.issue(
+                    path, f"the config names more than {MAX_PATTERNS} patterns (select, exclude and op_swap together)",
+                    "merge patterns with alternation, e.g. `feed_forward\\.(w1|w3)`"))
+            return False
         problems = check_pattern(text)
         for problem in problems:
             self.issues.append(self.source.issue(path, problem.message, problem.hint,

@@ -58,6 +58,7 @@ def schema_issues(source: Source) -> list[ConfigIssue]:
 
 MAX_ENTRIES = 10_000      # no list of the checked sections needs more (num_layers <= 10000)
 MAX_ITEMS = 2_000         # entries of other lists, in all
+_INDICES = 16            # a list of non-negative integers validates like its first items
 _SAMPLE = 256             # validating a list item by item is slow (jsonschema: ~10 us per item and branch)
 _CAPPED_KEYS = {"select_recompute", "select_comm_recompute", "select_recompute_exclude",
                 "select_comm_recompute_exclude", "op_name", "layer_swap", "op_swap"}   # schema maxItems <= 256
@@ -93,9 +94,10 @@ def _bounded(source: Source, value: Any, path: tuple, issues: list[ConfigIssue],
                 for key, item in value.items()}
     if not isinstance(value, list) or len(path) > 8:
         return value
-    if len(value) > _SAMPLE and (path[-1] in _CAPPED_KEYS or all(type(item) is int and item >= 0 for item in value)):
-        if len(value) <= MAX_ENTRIES or path[-1] in _CAPPED_KEYS:
-            return _cut(_Cut(value[:_SAMPLE + 1]), len(value))
+    if len(value) > _SAMPLE and path[-1] in _CAPPED_KEYS:
+        return _cut(_Cut(value[:_SAMPLE + 1]), len(value))
+    if _INDICES < len(value) <= MAX_ENTRIES and all(type(item) is int and item >= 0 for item in value):
+        return _cut(_Cut(value[:_INDICES]), len(value))
     budget[0] -= len(value)
     if len(value) > MAX_ENTRIES or budget[0] < 0:
         limit = f"at most {MAX_ENTRIES} entries" if len(value) > MAX_ENTRIES else \

@@ -200,7 +200,8 @@ class _Builder:
             return True
         hint = ("MindFormers loads configs with yaml.safe_load, which refuses Python tags"
                 if "python/" in node.tag else "remove the tag; a training config holds plain values, lists and mappings")
-        self.issue(node, path, f"the YAML tag `{shown(node.tag, 80)}` is not allowed", hint)
+        tag = "!!" + node.tag[len(_Y):] if node.tag.startswith(_Y) else node.tag
+        self.issue(node, path, f"the YAML tag `{shown(tag, 80)}` is not allowed", hint)
         return False
 
     def _scalar(self, node: yaml.Node, path: KeyPath) -> Any:
