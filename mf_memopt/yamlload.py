@@ -209,7 +209,7 @@ class _Builder:
             return None
         try:
             value = self._loader_construct(node)
-        except (yaml.YAMLError, ValueError, OverflowError, TypeError) as exc:
+        except Exception as exc:  # noqa: BLE001 - PyYAML's scalar constructors raise what they meet (`!!timestamp x`)
             problem = getattr(exc, "problem", None) or str(exc)
             self.issue(node, path, f"cannot read the value `{shown(node.value, 60)}`: {shown(problem, 200)}")
             return None
