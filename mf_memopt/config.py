@@ -51,7 +51,7 @@ def plan_source(source: Source, *, strict: bool = False) -> Plan:
 
 def _conflict_issue(source: Source, conflict) -> ConfigIssue:
     dropped = conflict.dropped.origin
-    return ConfigIssue(file=source.file_of(dropped.path), line=dropped.line, path=dropped.key,
+    return ConfigIssue(file=dropped.file or source.file, line=dropped.line, path=dropped.key,
                        message=f"conflict (--strict): {conflict.message()}",
                        hint="remove the overlap so that each layer and operator is set by one rule")
 

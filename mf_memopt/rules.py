@@ -41,20 +41,22 @@ DEFAULT_PATTERNS = {Kind.SELECT: DEFAULT_SELECT, Kind.COMM: DEFAULT_COMM, Kind.E
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Origin:
-    """Where a rule was written: its key path and line in the YAML."""
+    """Where a rule was written: its key path and line in the YAML (and the file, when inherited)."""
 
     path: KeyPath
     line: int | None
+    file: str | None = None     # set when the rule comes from a base_config file
 
     @property
     def key(self) -> str:
         return key_path(self.path)
 
     def describe(self) -> str:
-        return f"{self.key}, line {self.line}" if self.line is not None else self.key
+        where = f"{self.file} line" if self.file else "line"
+        return f"{self.key}, {where} {self.line}" if self.line is not None else self.key
 
     def to_dict(self) -> dict:
-        return {"key": self.key, "line": self.line}
+        return {"key": self.key, "line": self.line, **({"file": self.file} if self.file else {})}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,7 +119,8 @@ class _Reader:
         self.patterns_read = 0
 
     def origin(self, path: KeyPath) -> Origin:
-        return Origin(path=path, line=self.source.line_of(path))
+        file = self.source.file_of(path)
+        return Origin(path=path, line=self.source.line_of(path), file=file if file != self.source.file else None)
 
     def section(self, path: KeyPath) -> dict:
         value = self.source.get(path)

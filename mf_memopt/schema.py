@@ -62,8 +62,12 @@ _INDICES = 16            # a list of non-negative integers validates like its fi
 _SAMPLE = 256             # validating a list item by item is slow (jsonschema: ~10 us per item and branch)
 _CAPPED_KEYS = {"select_recompute", "select_comm_recompute", "select_recompute_exclude",
                 "select_comm_recompute_exclude", "op_name", "layer_swap", "op_swap"}   # schema maxItems <= 256
-_CHECKED = {"recompute_config", "swap_config", "model", "parallel_config", "parallel", "context", "runner_config",
-            "optimizer"}
+
+
+@cache
+def _sections() -> frozenset[str]:
+    """The top-level keys some schema describes (a schema added to SCHEMA_NAMES is covered at once)."""
+    return frozenset(key for name in SCHEMA_NAMES for key in load_schema(name).get("properties", {}))
 
 
 class _Cut(list):
@@ -90,7 +94,7 @@ def _bounded(source: Source, value: Any, path: tuple, issues: list[ConfigIssue],
             return _cut(_CutDict(list(value.items())[:_SAMPLE + 1]), len(value))
         if len(path) > 8:
             return value
-        return {key: _bounded(source, item, (*path, key), issues, budget) if (path or key in _CHECKED) else item
+        return {key: _bounded(source, item, (*path, key), issues, budget) if (path or key in _sections()) else item
                 for key, item in value.items()}
     if not isinstance(value, list) or len(path) > 8:
         return value

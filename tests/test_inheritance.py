@@ -117,3 +117,13 @@ def _plain(value):
     if isinstance(value, list):
         return [_plain(item) for item in value]
     return value
+
+
+def test_a_conflict_with_an_inherited_rule_names_its_file(tmp_path):
+    _files(tmp_path, {"base.yaml": BASE.replace("recompute: [-1]", "recompute: [0]"),
+                      "child.yaml": "base_config: base.yaml\nrecompute_config:\n  recompute: true\n"})
+    plan = load_plan(tmp_path / "child.yaml")
+    assert [conflict.message() for conflict in plan.conflicts] == [
+        "layers 0, 1, 2, 3: full recompute (recompute_config.recompute, line 3) wins over select recompute "
+        f"`feed_forward` (recompute_config.select_recompute[0], {tmp_path / 'base.yaml'} line 7), which is dropped "
+        "there [full-recompute-over-select]"]
