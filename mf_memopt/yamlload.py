@@ -136,27 +136,21 @@ def build(node: yaml.Node | None, file: str) -> Parsed:
 
 
 def _check_totals(root: _Built, node: yaml.Node, builder: _Builder) -> None:
-    worst = _worst_section(root, node, builder)
-    if root.size > MAX_VALUES:
-        raise LimitExceeded(*worst, f"YAML aliases expand this document to more than {MAX_VALUES} values "
-                            "(an alias bomb?)", "write the values out, or nest fewer aliases")
     if root.height > MAX_DEPTH:
-        raise LimitExceeded(*worst, f"the YAML is nested more than {MAX_DEPTH} levels deep once aliases are "
-                            "expanded", "use fewer nested aliases")
+        raise LimitExceeded(*_worst(node, builder, "height"), f"the YAML is nested more than {MAX_DEPTH} levels "
+                            "deep once aliases are expanded", "use fewer nested aliases")
     if root.mappings > MINDFORMERS_MAX_MAPPING_DEPTH:
-        raise LimitExceeded(*worst, f"mappings are nested {root.mappings} deep; MindFormers refuses configs nested "
-                            f"more than {MINDFORMERS_MAX_MAPPING_DEPTH} mappings deep",
-                            "flatten the nested mappings")
+        raise LimitExceeded(*_worst(node, builder, "mappings"), f"mappings are nested {root.mappings} deep; "
+                            f"MindFormers refuses configs nested more than {MINDFORMERS_MAX_MAPPING_DEPTH} mappings "
+                            "deep", "flatten the nested mappings")
 
 
-def _worst_section(root: _Built, node: yaml.Node, builder: _Builder) -> tuple[int | None, str]:
-    """The line and key of the top-level section that weighs the most, to point the error at."""
-    if not isinstance(node, yaml.MappingNode) or not isinstance(root.value, dict):
+def _worst(node: yaml.Node, builder: _Builder, measure: str) -> tuple[int | None, str]:
+    """The line and key of the top-level section that is the deepest by `measure`, to point the error at."""
+    if not builder.sections:
         return node.start_mark.line + 1, ""
-    best = max(root.value, key=lambda key: builder.weight.get((key,), 0), default=None)
-    if best is None:
-        return node.start_mark.line + 1, ""
-    return builder.lines.get((best,)), key_path((best,))
+    key = max(builder.sections, key=lambda name: getattr(builder.sections[name], measure))
+    return builder.lines.get((key,)), key_path((key,))
 
 
 class _Builder:
@@ -166,7 +160,7 @@ class _Builder:
         self.issues: list[ConfigIssue] = []
         self.done: dict[int, _Built] = {}
         self.active: set[int] = set()
-        self.weight: dict[KeyPath, int] = {}  # top-level sections only: size * height, to locate errors
+        self.sections: dict[Any, _Built] = {}  # the top-level values, to say which one broke a limit
 
     def issue(self, node: yaml.Node, path: KeyPath, message: str, hint: str | None = None) -> None:
         self.issues.append(ConfigIssue(file=self.file, line=node.start_mark.line + 1, path=key_path(path),
@@ -273,7 +267,7 @@ class _Builder:
             size += 1 + built.size
             self._guard(size, node, path)
             if not path:
-                self.weight[child] = built.size * built.height + built.mappings
+                self.sections[key] = built
         for built, lines in merged:  # explicit keys win; earlier merged mappings win over later ones
             for key, value in built.value.items():
                 if key not in result:
