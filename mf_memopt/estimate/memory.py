@@ -28,12 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .effects import LayerEffect
-from .inventory import FP32, dims
+from .inventory import FP32, cpu_matmul_copies, dims
 from .spec import ModelSpec, OptimizerSpec, ParallelSpec
 from .transfer import LayerTransfer
 
 
-STATIC = ("parameters", "gradients", "optimizer states", "gradients so far", "optimizer outputs")
+STATIC = ("parameters", "gradients", "optimizer states", "gradients so far", "optimizer outputs", "weight copies")
 ACTIVATIONS = ("activations kept", "swapped, still on device", "model-level tensors")
 
 
@@ -97,33 +97,119 @@ def ascend_peak(model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSp
 
 
 def cpu_pool_peak(model: ModelSpec, effects: list[LayerEffect]) -> StagePeak:
-    e, dim = FP32, dims(model, ParallelSpec())
+    """The largest of the step's checkpoints (module docstring); every term in the config's dtypes."""
     kept = [effect.bytes() - effect.bytes("recomputed") for effect in effects]  # nothing is swapped on CPU
-    attention_rebuilt = any(item.fate == "recomputed" and item.saved.path.startswith("attention.")
-                            for effect in effects for item in effect.tensors)
-    mask = e * model.batch * model.seq * model.seq if attention_rebuilt else 0
-    tables = e * (2 * model.seq * model.head_dim + 3 * dim.bs) + mask
-    candidates = [StagePeak(checkpoint="end of the forward (loss)", components={
-        "activations kept": sum(kept), "model-level tensors": e * 4 * dim.bsh_full + tables,
-        "loss tensors": 4 * e * model.batch * model.seq * model.vocab})]
-    layer_params = model.layer_params
+    tables = _cpu_tables(model, effects)
+    copies = _weight_copies(model, effects)
+    candidates = [
+        StagePeak(checkpoint="start of the step (weight copies)", components={
+            "weight copies": copies.forward_total + copies.backward_total, "model-level tensors": tables}),
+        StagePeak(checkpoint="end of the forward (loss)", components={
+            "activations kept": sum(kept), "weight copies": copies.backward_total,
+            "model-level tensors": _forward_model_level(model) + tables,
+            "loss tensors": 4 * FP32 * model.batch * model.seq * model.vocab})]
+    dim = dims(model, ParallelSpec())
     for index in reversed(range(len(effects))):
         candidates.append(StagePeak(checkpoint=f"backward of layer {index}", components={
             "activations kept": sum(kept[:index]),
-            "gradients so far": e * ((len(effects) - 1 - index) * layer_params + model.vocab * model.hidden
-                                     + model.hidden),
-            "model-level tensors": e * 2 * dim.bsh_full + tables,
-            "layer working set": effects[index].bytes() + 2 * e * dim.bsf}))
+            "weight copies": sum(copies.backward[:index + 1]),
+            "gradients so far": _gradients_after(model, index, len(effects)),
+            "model-level tensors": 2 * model.compute_bytes * dim.bsh_full + tables,
+            "layer working set": effects[index].bytes() + 2 * FP32 * dim.bsf}))
     candidates.append(_optimizer_step(model, len(effects)))
     return max(candidates, key=lambda candidate: candidate.peak)
 
 
+@dataclass(frozen=True, slots=True)
+class WeightCopies:
+    """Copies of the Linear weights that MatMul needs on CPU (it has no float16 kernel).
+
+    A cast whose input is a parameter runs as soon as the step starts (nothing else holds it
+    back); each copy lives until the MatMul that reads it. Per Linear weight of n elements:
+
+    * compute float16, param_init_type float16: a float32 copy for the forward's x @ W, one
+      for the backward's dy @ W, and one for the forward run again by a recompute;
+    * compute float16, param_init_type float32: the model casts W to float16 and MatMul casts
+      that to float32: the forward's copy is made at the start; the backward's too, unless the
+      Linear is recomputed (then its float16 cast is recomputed and the copy made late);
+    * compute float32, param_init_type float16: the model's own float32 cast serves the
+      forward and the backward, held until the backward (until the forward if recomputed);
+    * float32 throughout: none.
+    """
+
+    forward_total: int
+    backward: tuple[int, ...]    # per decoder layer: held until that layer's backward
+    lm_head: int                 # held until the start of the backward
+
+    @property
+    def backward_total(self) -> int:
+        return sum(self.backward) + self.lm_head
+
+
+def _weight_copies(model: ModelSpec, effects: list[LayerEffect]) -> WeightCopies:
+    sizes = dict(zip(_LINEAR_OPS, model.layer_param_list()))
+    forward, backward = 0, []
+    for effect in effects:
+        held = 0
+        for path, size in sizes.items():
+            to_forward, to_backward = _copy_bytes(model, path in effect.recomputed_ops)
+            forward += to_forward * size
+            held += to_backward * size
+        backward.append(held)
+    head_forward, head_backward = _copy_bytes(model, False)
+    head = model.vocab * model.hidden
+    return WeightCopies(forward_total=forward + head_forward * head, backward=tuple(backward),
+                        lm_head=head_backward * head)
+
+
+def _copy_bytes(model: ModelSpec, recomputed: bool) -> tuple[int, int]:
+    """Bytes per weight element held until the forward and until the backward."""
+    if model.compute_bytes == 2 and not model.weight_cast:
+        return FP32, FP32 * (2 if recomputed else 1)
+    if model.compute_bytes == 2:
+        return FP32, 0 if recomputed else FP32
+    if model.weight_cast:
+        return (FP32, 0) if recomputed else (0, FP32)
+    return 0, 0
+
+
+_LINEAR_OPS = ("attention.wq.matmul", "attention.wk.matmul", "attention.wv.matmul", "attention.wo.matmul",
+               "feed_forward.w1.matmul", "feed_forward.w2.matmul", "feed_forward.w3.matmul")
+
+
+def _cpu_tables(model: ModelSpec, effects: list[LayerEffect]) -> int:
+    """cos/sin tables (rotary_dtype), per-token statistics, the causal mask when attention is rebuilt."""
+    dim = dims(model, ParallelSpec())
+    attention_rebuilt = any(item.fate == "recomputed" and item.saved.path.startswith("attention.")
+                            for effect in effects for item in effect.tensors)
+    mask = FP32 * model.batch * model.seq * model.seq if attention_rebuilt else 0
+    return model.rotary_bytes * 2 * model.seq * model.head_dim + FP32 * 3 * dim.bs + mask
+
+
+def _forward_model_level(model: ModelSpec) -> int:
+    """The embedding output (when the first norm reads it without a cast) and the final RmsNorm's tensors."""
+    dim, c, norm = dims(model, ParallelSpec()), model.compute_bytes, model.layernorm_bytes
+    embedding = 0 if model.norm_cast else c * dim.bsh_full
+    normalised = FP32 if cpu_matmul_copies(model) else c                  # the input of lm_head
+    final_norm = (norm if model.norm_cast else 0) + c + normalised + norm  # [input copy], mul, mul2, early 2*x
+    return embedding + final_norm * dim.bsh_full
+
+
+def _gradients_after(model: ModelSpec, index: int, layers: int) -> int:
+    """Gradients held when layer `index`'s backward starts: later layers, lm_head, final norm."""
+    h, p, norm = model.hidden, model.param_bytes, model.layernorm_bytes
+    per_layer = p * (model.layer_params - 2 * h) + norm * 2 * h
+    return (layers - 1 - index) * per_layer + p * model.vocab * h + norm * h
+
+
 def _optimizer_step(model: ModelSpec, layers: int) -> StagePeak:
-    h = model.hidden
-    params = [model.vocab * h, *model.layer_param_list() * layers, h, model.vocab * h]
+    """nn.AdamWeightDecay updates in parameter order; its moments have the parameter's dtype."""
+    h, p, norm = model.hidden, model.param_bytes, model.layernorm_bytes
+    sizes = [p * size for size in model.layer_param_list()[:-2]] + [norm * h, norm * h]
+    params = [p * model.vocab * h, *sizes * layers, norm * h, p * model.vocab * h]
     best, remaining = (0, 0), sum(params)
     for size in params:
-        if FP32 * remaining + 3 * FP32 * size > sum(best):
-            best = (FP32 * remaining, 3 * FP32 * size)
+        if remaining + 3 * size > sum(best):
+            best = (remaining, 3 * size)
         remaining -= size
     return StagePeak(checkpoint="optimizer step", components={"gradients": best[0], "optimizer outputs": best[1]})
