@@ -34,6 +34,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 BASE_CONFIG = REPO / "configs" / "llama_tiny.yaml"
 DATA = REPO / "benchmarks" / "data" / "sweep_peaks.json"
+PINNED_DATA = REPO / "tests" / "data" / "estimate" / "mixed_precision_peaks.json"
 SEED = 20261128  # the first seed from 20261123 whose sweep reaches every end of every range
 PAIRS = 16
 STEPS = 1
@@ -96,6 +97,19 @@ class SweepConfig:
         return path
 
 
+# The configs the tests pin (tests/test_estimate_mixed.py): the Llama of the estimator's known
+# mixed-precision gap (4 layers, hidden 512, seq 256, batch 4, vocab 1024) with MindFormers'
+# default dtypes under each recompute form, and the two other float16/float32 mixes.
+_PINNED_SHAPE = {"num_layers": 4, "hidden_size": 512, "num_heads": 8, "seq_length": 256, "batch_size": 4,
+                 "vocab_size": 1024, "multiple_of": 256}
+PINNED = [SweepConfig(name=f"p{index}", half="pinned", dtype=dtype, recompute=form, model=dict(_PINNED_SHAPE))
+          for index, (dtype, form) in enumerate([
+              ("defaults", "none"), ("defaults", "full"), ("defaults", "select feed_forward"),
+              ("defaults", "full, first 2 layers"), ("defaults", "select feed_forward, exclude mul"),
+              ("fp16 compute, fp32 params", "select attention"), ("fp32 compute, fp16 params", "none"),
+              ("float32", "none")])]
+
+
 def generate() -> list[SweepConfig]:
     rng = random.Random(SEED)
     configs = []
@@ -151,13 +165,15 @@ def _affordable(model: dict[str, Any]) -> bool:
 # --- measuring -------------------------------------------------------------------------------------------
 
 
-def measure(only: list[str] | None = None) -> None:
+def measure(only: list[str] | None = None, *, pinned: bool = False) -> None:
+    """Train each config (or the tests' pinned configs) and record its pool peak in the data file."""
     from mf_memopt.estimate.measure import MeasureError, measure_peak
 
-    data = _load()
+    target = PINNED_DATA if pinned else DATA
+    data = _load(target)
     entries = {entry["name"]: entry for entry in data.get("configs", [])}
     with tempfile.TemporaryDirectory(prefix="mf_memopt_sweep_") as tmp:
-        for config in generate():
+        for config in PINNED if pinned else generate():
             if only and config.name not in only:
                 continue
             path = config.write(Path(tmp) / f"{config.name}.yaml")
@@ -170,7 +186,7 @@ def measure(only: list[str] | None = None) -> None:
                 entry["error"] = str(error)
                 print(f"  failed: {error}", file=sys.stderr)
             entries[config.name] = entry
-            _save(data, entries)
+            _save(data, entries, target)
 
 
 def _entry(config: SweepConfig) -> dict[str, Any]:
@@ -178,22 +194,22 @@ def _entry(config: SweepConfig) -> dict[str, Any]:
             "model": config.model}
 
 
-def _load() -> dict[str, Any]:
-    return json.loads(DATA.read_text()) if DATA.exists() else {}
+def _load(path: Path = DATA) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
-def _save(data: dict[str, Any], entries: dict[str, dict[str, Any]]) -> None:
+def _save(data: dict[str, Any], entries: dict[str, dict[str, Any]], path: Path = DATA) -> None:
     import mindformers
     import mindspore
 
     data.update({"about": "MindSpore memory-pool peak (MiB, whole MiB as printed) of each sweep config trained "
                           f"{STEPS} step(s) by run_mindformer_memopt.py on the CPU backend; regenerate with "
-                          "`python benchmarks/sweep.py measure`",
+                          f"`python benchmarks/sweep.py measure{' --pinned' if path == PINNED_DATA else ''}`",
                  "seed": SEED, "mindspore": mindspore.__version__, "mindformers": mindformers.__version__,
                  "launcher": _launcher_revision(),
                  "configs": [entries[name] for name in sorted(entries)]})
-    DATA.parent.mkdir(parents=True, exist_ok=True)
-    DATA.write_text(json.dumps(data, indent=1) + "\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
 
 
 def _launcher_revision() -> str:
@@ -262,11 +278,13 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("measure", help="train every sweep config and record its pool peak")
     run.add_argument("--only", nargs="*", help="config names (s00, s01, ...) to re-measure")
+    run.add_argument("--pinned", action="store_true", help="measure the configs the tests pin instead "
+                                                           f"(writes {PINNED_DATA.relative_to(REPO)})")
     commands.add_parser("compare", help="the estimator against the recorded peaks")
     commands.add_parser("list", help="print the generated configs")
     args = parser.parse_args(argv)
     if args.command == "measure":
-        measure(args.only)
+        measure(args.only, pinned=args.pinned)
     elif args.command == "list":
         for config in generate():
             print(config.name, config.half, config.dtype, "|", config.recompute, "|", config.model)

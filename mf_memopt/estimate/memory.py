@@ -115,9 +115,32 @@ def cpu_pool_peak(model: ModelSpec, effects: list[LayerEffect]) -> StagePeak:
             "weight copies": sum(copies.backward[:index + 1]),
             "gradients so far": _gradients_after(model, index, len(effects)),
             "model-level tensors": 2 * model.compute_bytes * dim.bsh_full + tables,
-            "layer working set": effects[index].bytes() + 2 * FP32 * dim.bsf}))
+            "layer working set": effects[index].bytes() + 2 * FP32 * dim.bsf + copies.late[index]}))
+        candidates.append(_attention_backward(model, effects, index, kept, copies, tables))
     candidates.append(_optimizer_step(model, len(effects)))
     return max(candidates, key=lambda candidate: candidate.peak)
+
+
+def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int, kept: list[int],
+                        copies: WeightCopies, tables: int) -> StagePeak:
+    """Inside layer `index`'s attention backward: the MLP part is done, the score gradients are alive.
+
+    The gradient of the probabilities comes out of the float32 BatchMatMul (b*n*s*s float32),
+    plus its float16 cast when compute_dtype is float16 and the softmax is computed in another
+    dtype; the layer's attention tensors
+    (rebuilt if recomputed) are still held.
+    """
+    dim, c = dims(model, ParallelSpec()), model.compute_bytes
+    attention = sum(item.saved.nbytes for item in effects[index].tensors
+                    if item.saved.path.startswith(("attention.", "attention_norm.")))
+    mlp = model.param_bytes * 3 * model.hidden * model.ffn
+    return StagePeak(checkpoint=f"attention backward of layer {index}", components={
+        "activations kept": sum(kept[:index]),
+        "weight copies": sum(copies.backward[:index + 1]),
+        "gradients so far": _gradients_after(model, index, len(effects)) + mlp,
+        "model-level tensors": 2 * c * dim.bsh_full + tables,
+        "layer working set": attention + (FP32 + (c if c == 2 and model.softmax_cast else 0)) * dim.scores
+        + copies.late[index]})
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +163,7 @@ class WeightCopies:
     forward_total: int
     backward: tuple[int, ...]    # per decoder layer: held until that layer's backward
     lm_head: int                 # held until the start of the backward
+    late: tuple[int, ...] = ()   # per decoder layer: made during its backward (recomputed casts), one at a time
 
     @property
     def backward_total(self) -> int:
@@ -148,18 +172,21 @@ class WeightCopies:
 
 def _weight_copies(model: ModelSpec, effects: list[LayerEffect]) -> WeightCopies:
     sizes = dict(zip(_LINEAR_OPS, model.layer_param_list()))
-    forward, backward = 0, []
+    forward, backward, late = 0, [], []
     for effect in effects:
-        held = 0
+        held = made = 0
         for path, size in sizes.items():
-            to_forward, to_backward = _copy_bytes(model, path in effect.recomputed_ops)
+            rerun = path in effect.recomputed_ops
+            to_forward, to_backward = _copy_bytes(model, rerun)
             forward += to_forward * size
             held += to_backward * size
+            made += FP32 * size if rerun and model.weight_cast else 0
         backward.append(held)
+        late.append(made)
     head_forward, head_backward = _copy_bytes(model, False)
     head = model.vocab * model.hidden
     return WeightCopies(forward_total=forward + head_forward * head, backward=tuple(backward),
-                        lm_head=head_backward * head)
+                        lm_head=head_backward * head, late=tuple(late))
 
 
 def _copy_bytes(model: ModelSpec, recomputed: bool) -> tuple[int, int]:
