@@ -236,16 +236,18 @@ def compare(remeasure: bool = False) -> float:
         for config in generate():
             entry = measured.get(config.name)
             if entry is None or "measured_mib" not in entry:
-                rows.append(_row(config, None, None, entry.get("error", "not measured") if entry else "not measured"))
+                rows.append(_row(config, None, None, entry.get("error", "not measured") if entry else "not measured",
+                                 "", ""))
                 continue
             estimated, term = _estimate(config.write(Path(tmp) / f"{config.name}.yaml"))
             error = (estimated - entry["measured_mib"]) / entry["measured_mib"]
             errors[config.half].append(abs(error))
-            rows.append(_row(config, entry["measured_mib"], estimated, f"{error:+.1%}", term))
+            rows.append(_row(config, entry["measured_mib"], estimated, f"{error:+.1%}", term,
+                             f"{estimated - entry['measured_mib']:+.1f}"))
     print_table(f"(d) sweep: estimate --runtime cpu against the measured memory-pool peak (MiB); data "
                 f"{DATA.relative_to(REPO)} (MindSpore {data.get('mindspore')}, launcher {data.get('launcher')})",
                 ("config", "half", "layers", "h", "n/kv", "s", "b", "v", "f", "dtypes", "recompute", "measured",
-                 "estimated", "error", "estimated peak at"), rows)
+                 "estimated", "error", "MiB off", "estimated peak at"), rows)
     for half, values in errors.items():
         if values:
             print(f"{half}: {len(values)} configs, worst {max(values):.1%}, median {statistics.median(values):.1%}, "
@@ -261,7 +263,7 @@ def _estimate(path: Path) -> tuple[float, str]:
     return stage.peak.peak / 2**20, stage.peak.checkpoint
 
 
-def _row(config: SweepConfig, measured, estimated, error: str, term: str = "") -> list[str]:
+def _row(config: SweepConfig, measured, estimated, error: str, term: str, off: str) -> list[str]:
     from mf_memopt.estimate.spec import ffn_width
 
     m = config.model
@@ -270,7 +272,7 @@ def _row(config: SweepConfig, measured, estimated, error: str, term: str = "") -
             f"{m['num_heads']}/{m.get('n_kv_heads', m['num_heads'])}", str(m["seq_length"]), str(m["batch_size"]),
             str(m["vocab_size"]), str(f), config.dtype, config.recompute,
             "-" if measured is None else f"{measured:.0f}", "-" if estimated is None else f"{estimated:.1f}",
-            error, term]
+            error, off, term]
 
 
 def main(argv: list[str] | None = None) -> int:
