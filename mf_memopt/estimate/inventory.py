@@ -88,9 +88,13 @@ def _ascend_layer(model: ModelSpec, dim: Dims) -> list[Saved]:
                         nbytes=2 * FP32 * 8 * (dim.q // model.head_dim))]
     else:
         groups = model.heads // model.kv_heads
-        saved += [Saved(path="attention.softmax", what="attention probabilities", nbytes=model.softmax_bytes * dim.scores),
-                  Saved(path="attention.merger_head_transpose", what="attention output (input of wo)",
-                        nbytes=c * dim.q)]
+        saved.append(Saved(path="attention.softmax", what="attention probabilities",
+                           nbytes=model.softmax_bytes * dim.scores))
+        if model.softmax_cast:
+            saved.append(Saved(path="attention.cast", what="attention probabilities cast to compute_dtype (for the "
+                               "BatchMatMul)", nbytes=c * dim.scores))
+        saved.append(Saved(path="attention.merger_head_transpose", what="attention output (input of wo)",
+                           nbytes=c * dim.q))
         if groups > 1:
             saved.append(Saved(path="attention.tile_kv", what="k and v repeated to every head",
                                nbytes=c * 2 * (dim.q - dim.kv)))

@@ -89,6 +89,8 @@ def ascend_peak(model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSp
         "parameters": params * model.param_bytes,
         "gradients": params * model.param_bytes + accumulation,
         "optimizer states": params * optimizer.state_bytes // (parallel.data if parallel.optimizer_shard else 1),
+        # each Linear casts its weight to compute_dtype when param_init_type differs; the backward reads the copy
+        "weight copies": params * model.compute_bytes if model.weight_cast else 0,
         "activations kept": round(factor * (sum(effect.bytes("kept") for effect in effects) + model_level)),
         "swapped, still on device": sum(effect.bytes("swapped") for effect, transfer in zip(effects, transfers)
                                         if transfer.on_device_at_turn),
