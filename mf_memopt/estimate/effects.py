@@ -20,7 +20,7 @@ an enclosing cell, one with as many names the primitive itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from ..patterns import compile_pattern
@@ -69,6 +69,11 @@ def _named(pattern: str, path: str) -> Literal["cell", "primitive"] | None:
 
 def layer_effect(plan: LayerPlan, inventory: list[Saved], ops: list[Op]) -> LayerEffect:
     recomputed_by, notes = _recompute_rules(plan, inventory)
+
+    def in_recomputed_cell(path: str) -> bool:
+        return plan.full_recompute is not None or any(_named(use.pattern, path) == "cell"
+                                                      for use in plan.select_recompute)
+
     fates = []
     for saved in inventory:
         if saved.recompute_input:
@@ -76,6 +81,10 @@ def layer_effect(plan: LayerPlan, inventory: list[Saved], ops: list[Op]) -> Laye
                 fates.append(TensorFate(saved=saved, fate="kept", rule=plan.full_recompute.key))
             continue
         rule = recomputed_by(saved.path)
+        if rule is None and saved.rebuilt_nbytes is not None and in_recomputed_cell(saved.path):
+            # excluded inside a recomputed cell: the backward's cast runs late, inside its matmul
+            saved = replace(saved, nbytes=saved.rebuilt_nbytes, what=f"{saved.what.split(',')[0]} (excluded from "
+                            "the recomputed cell: kept in compute_dtype)")
         if rule is not None and not (plan.full_recompute is not None and saved.kept_by_full_recompute
                                      and rule == plan.full_recompute.key):
             fates.append(TensorFate(saved=saved, fate="recomputed", rule=rule))

@@ -34,6 +34,7 @@ class Saved:
     cpu_only: bool = False
     kept_by_full_recompute: bool = False  # the layer's output is never recomputed
     recompute_input: bool = False  # exists only as the input a full recompute of the layer starts from
+    rebuilt_nbytes: int | None = None  # size when a recompute rebuilds it, if different (see _cpu_layer)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -125,7 +126,9 @@ def _cpu_layer(model: ModelSpec, dim: Dims) -> list[Saved]:
       matmul's backward reads gets its own float32 copy, made during the forward (the cast
       depends only on forward tensors, so the runtime runs it as soon as it can), and the
       float16 original is freed: the input of wq/wk/wv is kept three times in float32, q, k,
-      v, the probabilities and the input of wo and w2 once each;
+      v, the probabilities and the input of wo and w2 once each. A tensor a recompute rebuilds
+      in the backward is not copied early: the cast runs inside the backward matmul, and the
+      rebuilt float16 tensor is what the layer's backward holds (`rebuilt_nbytes`);
     * the backward's SiLU sigmoid and the RmsNorm's 2*x are computed early, too.
     The weight copies those matmuls need are not activations: see `memory.WeightCopies`.
     """
@@ -157,7 +160,8 @@ def _cpu_layer(model: ModelSpec, dim: Dims) -> list[Saved]:
         Saved(path="feed_forward.w1.activation.silu", what="SiLU output (x * sigmoid(x))", nbytes=c * dim.bsf),
         Saved(path="feed_forward.w1.activation.silu", what="sigmoid(x) of the SiLU backward, run early",
               nbytes=c * dim.bsf, cpu_only=True),
-        Saved(path="feed_forward.mul", what="SiLU(w1) * w3 (input of w2)" + _copy(wide), nbytes=matmul_in * dim.bsf),
+        Saved(path="feed_forward.mul", what="SiLU(w1) * w3 (input of w2)" + _copy(wide), nbytes=matmul_in * dim.bsf,
+              rebuilt_nbytes=c * dim.bsf),
     ]
     if model.norm_cast:
         saved.append(Saved(path="input", what="layer input (compute_dtype), kept as the recompute input",
@@ -185,7 +189,7 @@ def _cpu_norm(model: ModelSpec, dim: Dims, cell: str, linears: tuple[str, ...]) 
         saved.append(Saved(path=f"{cell}.cast", what="input cast to layernorm_compute_type", nbytes=norm * dim.bsh))
     consumers = "/".join(linears)
     normalised = (Saved(path=f"{cell}.mul2", what=f"normalised input of {consumers}, one float32 copy for each "
-                        "Linear's backward", nbytes=FP32 * len(linears) * dim.bsh) if wide else
+                        "Linear's backward", nbytes=FP32 * len(linears) * dim.bsh, rebuilt_nbytes=c * dim.bsh) if wide else
                   Saved(path=f"{cell}.mul2", what=f"normalised input of {consumers}", nbytes=c * dim.bsh))
     saved += [
         Saved(path=f"{cell}.square", what="2*x of the RmsNorm backward, run early", nbytes=norm * dim.bsh,

@@ -117,7 +117,7 @@ def cpu_pool_peak(model: ModelSpec, effects: list[LayerEffect]) -> StagePeak:
             "weight copies": sum(copies.backward[:index + 1]),
             "gradients so far": _gradients_after(model, index, len(effects)),
             "model-level tensors": 2 * model.compute_bytes * dim.bsh_full + tables,
-            "layer working set": effects[index].bytes() + 2 * FP32 * dim.bsf + copies.late[index]}))
+            "layer working set": _held_in_backward(effects[index]) + 2 * FP32 * dim.bsf + copies.late[index]}))
         candidates.append(_attention_backward(model, effects, index, kept, copies, tables))
     candidates.append(_optimizer_step(model, len(effects)))
     return max(candidates, key=lambda candidate: candidate.peak)
@@ -133,8 +133,7 @@ def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int
     (rebuilt if recomputed) are still held.
     """
     dim, c = dims(model, ParallelSpec()), model.compute_bytes
-    attention = sum(item.saved.nbytes for item in effects[index].tensors
-                    if item.saved.path.startswith(("attention.", "attention_norm.")))
+    attention = _held_in_backward(effects[index], ("attention.", "attention_norm."))
     mlp = model.param_bytes * 3 * model.hidden * model.ffn
     return StagePeak(checkpoint=f"attention backward of layer {index}", components={
         "activations kept": sum(kept[:index]),
@@ -143,6 +142,12 @@ def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int
         "model-level tensors": 2 * c * dim.bsh_full + tables,
         "layer working set": attention + (FP32 + (c if c == 2 and model.softmax_cast else 0)) * dim.scores
         + copies.late[index]})
+
+
+def _held_in_backward(effect: LayerEffect, prefixes: tuple[str, ...] = ("",)) -> int:
+    """A layer's tensors during its backward: kept ones as kept, rebuilt ones at their rebuilt size."""
+    return sum(item.saved.rebuilt_nbytes if item.fate == "recomputed" and item.saved.rebuilt_nbytes is not None
+               else item.saved.nbytes for item in effect.tensors if item.saved.path.startswith(prefixes))
 
 
 @dataclass(frozen=True, slots=True)
