@@ -81,10 +81,12 @@ def layer_effect(plan: LayerPlan, inventory: list[Saved], ops: list[Op]) -> Laye
                 fates.append(TensorFate(saved=saved, fate="kept", rule=plan.full_recompute.key))
             continue
         rule = recomputed_by(saved.path)
-        if rule is None and saved.rebuilt_nbytes is not None and in_recomputed_cell(saved.path):
-            # excluded inside a recomputed cell: the backward's cast runs late, inside its matmul
-            saved = replace(saved, nbytes=saved.rebuilt_nbytes, what=f"{saved.what.split(',')[0]} (excluded from "
-                            "the recomputed cell: kept in compute_dtype)")
+        if rule is None and saved.rebuilt_nbytes is not None and (
+                in_recomputed_cell(saved.path) or (saved.read_by and recomputed_by(saved.read_by))):
+            # read by a recomputed matmul, or excluded inside a recomputed cell: the backward's
+            # cast runs late, inside its matmul, so the tensor is held in compute_dtype
+            saved = replace(saved, nbytes=saved.rebuilt_nbytes, what=f"{saved.what.split(',')[0]} (its matmul is "
+                            "recomputed: held in compute_dtype)")
         if rule is not None and not (plan.full_recompute is not None and saved.kept_by_full_recompute
                                      and rule == plan.full_recompute.key):
             fates.append(TensorFate(saved=saved, fate="recomputed", rule=rule))

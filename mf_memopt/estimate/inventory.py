@@ -35,6 +35,7 @@ class Saved:
     kept_by_full_recompute: bool = False  # the layer's output is never recomputed
     recompute_input: bool = False  # exists only as the input a full recompute of the layer starts from
     rebuilt_nbytes: int | None = None  # size when a recompute rebuilds it, if different (see _cpu_layer)
+    read_by: str | None = None  # the matmul whose backward reads it; when that matmul is recomputed: rebuilt_nbytes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -161,7 +162,7 @@ def _cpu_layer(model: ModelSpec, dim: Dims) -> list[Saved]:
         Saved(path="feed_forward.w1.activation.silu", what="sigmoid(x) of the SiLU backward, run early",
               nbytes=c * dim.bsf, cpu_only=True),
         Saved(path="feed_forward.mul", what="SiLU(w1) * w3 (input of w2)" + _copy(wide), nbytes=matmul_in * dim.bsf,
-              rebuilt_nbytes=c * dim.bsf),
+              rebuilt_nbytes=c * dim.bsf, read_by="feed_forward.w2.matmul"),
     ]
     if model.norm_cast:
         saved.append(Saved(path="input", what="layer input (compute_dtype), kept as the recompute input",
@@ -170,6 +171,9 @@ def _cpu_layer(model: ModelSpec, dim: Dims) -> list[Saved]:
         saved.append(Saved(path="add", what="layer output (input of the next layer)", nbytes=c * dim.bsh,
                            kept_by_full_recompute=True))
     return saved
+
+
+_CORE = "attention.batch_matmul_q_k"
 
 
 def cpu_matmul_copies(model: ModelSpec) -> bool:
@@ -189,7 +193,8 @@ def _cpu_norm(model: ModelSpec, dim: Dims, cell: str, linears: tuple[str, ...]) 
         saved.append(Saved(path=f"{cell}.cast", what="input cast to layernorm_compute_type", nbytes=norm * dim.bsh))
     consumers = "/".join(linears)
     normalised = (Saved(path=f"{cell}.mul2", what=f"normalised input of {consumers}, one float32 copy for each "
-                        "Linear's backward", nbytes=FP32 * len(linears) * dim.bsh, rebuilt_nbytes=c * dim.bsh) if wide else
+                        "Linear's backward", nbytes=FP32 * len(linears) * dim.bsh, rebuilt_nbytes=c * dim.bsh,
+                        read_by=f"{'attention' if cell == 'attention_norm' else 'feed_forward'}.{linears[0]}.matmul") if wide else
                   Saved(path=f"{cell}.mul2", what=f"normalised input of {consumers}", nbytes=c * dim.bsh))
     saved += [
         Saved(path=f"{cell}.square", what="2*x of the RmsNorm backward, run early", nbytes=norm * dim.bsh,
