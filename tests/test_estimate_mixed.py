@@ -128,9 +128,9 @@ def test_measure_rejects_a_bad_step_count(capsys):
 def test_measure_trains_the_config_and_prints_predicted_against_measured(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     config = PINNED[0].document()
-    config["model"]["model_config"].update(num_layers=2, hidden_size=128, num_heads=4, seq_length=64,
-                                           batch_size=2, vocab_size=256)
-    config["runner_config"]["batch_size"] = 2
+    config["model"]["model_config"].update(num_layers=2, hidden_size=256, num_heads=4, seq_length=128,
+                                           batch_size=4, vocab_size=256, multiple_of=16)
+    config["runner_config"]["batch_size"] = 4
     import yaml
 
     path = tmp_path / "small.yaml"
@@ -142,4 +142,5 @@ def test_measure_trains_the_config_and_prints_predicted_against_measured(tmp_pat
     assert stage["measured_bytes"] == result["measurement"]["peak_bytes"]
     assert stage["error"] == pytest.approx((stage["predicted_bytes"] - stage["measured_bytes"])
                                            / stage["measured_bytes"])
-    assert abs(stage["error"]) <= 0.10
+    assert abs(stage["error"]) <= 0.10       # this shape measured 38 MiB here; the estimate's accuracy is
+                                             # pinned above, this checks the command end to end
