@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError, raise_if_errors
+from ..errors import raise_if_errors
 from ..source import load_source
 from .core import Estimate, estimate_config
 from .measure import Measurement, MeasureError, measure_peak
@@ -96,6 +96,3 @@ def check_text(estimate: Estimate, measurement: Measurement, checks: list[StageC
              f"measured: {what} (whole MiB)", ""]
     lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
     return "\n".join(lines)
-
-
-__all__ = ["ConfigError", "StageCheck", "check_text", "compare", "measure_and_compare"]
