@@ -58,7 +58,7 @@ def measure_peak(config: str | Path, *, runtime: str = "cpu", steps: int = 1, ti
 def child_command(config: Path, steps: int, output_dir: Path) -> list[str]:
     head = [sys.executable, str(LAUNCHER)] if LAUNCHER.is_file() else [sys.executable, "-c", _LAUNCH_INLINE]
     return [*head, "--config", str(config), "--run_mode", "train", "--train_steps", str(steps),
-            "--output_dir", str(output_dir)]
+            "--output_dir", str(output_dir), "--train_dataset_dir", str(output_dir / "data" / "tokens.mindrecord")]
 
 
 def child_environment(runtime: str, work: Path) -> dict[str, str]:

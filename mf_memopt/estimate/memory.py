@@ -33,7 +33,8 @@ from .spec import ModelSpec, OptimizerSpec, ParallelSpec
 from .transfer import LayerTransfer
 
 
-STATIC = ("parameters", "gradients", "optimizer states", "gradients so far", "optimizer outputs", "weight copies")
+STATIC = ("parameters", "gradients", "optimizer states", "gradients so far", "optimizer outputs", "weight copies",
+          "zeros of the overflow select")
 ACTIVATIONS = ("activations kept", "swapped, still on device", "model-level tensors")
 
 
@@ -120,7 +121,14 @@ def cpu_pool_peak(model: ModelSpec, effects: list[LayerEffect]) -> StagePeak:
             "layer working set": _held_in_backward(effects[index]) + 2 * FP32 * dim.bsf + copies.late[index]}))
         candidates.append(_attention_backward(model, effects, index, kept, copies, tables))
     candidates.append(_optimizer_step(model, len(effects)))
-    return max(candidates, key=lambda candidate: candidate.peak)
+    zeros = _gradient_set(model, len(effects))
+    return max((StagePeak(checkpoint=candidate.checkpoint, components={**candidate.components, ZEROS: zeros})
+                for candidate in candidates), key=lambda candidate: candidate.peak)
+
+
+# The training step replaces the gradients by zeros on overflow (ops.select against zeros_like of
+# each gradient); the zeros are constants of the compiled graph, held in the pool for the whole step.
+ZEROS = "zeros of the overflow select"
 
 
 def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int, kept: list[int],
@@ -236,14 +244,21 @@ def _gradients_after(model: ModelSpec, index: int, layers: int) -> int:
     return (layers - 1 - index) * per_layer + p * model.vocab * h + norm * h
 
 
-def _optimizer_step(model: ModelSpec, layers: int) -> StagePeak:
-    """nn.AdamWeightDecay updates in parameter order; its moments have the parameter's dtype."""
+def _gradient_set(model: ModelSpec, layers: int) -> int:
+    """Bytes of one gradient per parameter (the parameter's dtype; the RmsNorm weights in L)."""
     h, p, norm = model.hidden, model.param_bytes, model.layernorm_bytes
-    sizes = [p * size for size in model.layer_param_list()[:-2]] + [norm * h, norm * h]
-    params = [p * model.vocab * h, *sizes * layers, norm * h, p * model.vocab * h]
-    best, remaining = (0, 0), sum(params)
-    for size in params:
-        if remaining + 3 * size > sum(best):
-            best = (remaining, 3 * size)
-        remaining -= size
-    return StagePeak(checkpoint="optimizer step", components={"gradients": best[0], "optimizer outputs": best[1]})
+    per_layer = p * (model.layer_params - 2 * h) + norm * 2 * h
+    return layers * per_layer + 2 * p * model.vocab * h + norm * h
+
+
+def _optimizer_step(model: ModelSpec, layers: int) -> StagePeak:
+    """MindFormers' AdamW as graph ops, after clip-grad and the overflow select.
+
+    Every parameter's update returns a new parameter-sized tensor, held until the whole
+    optimizer has run, while the gradients not yet used are still held: one gradient set in
+    all. Each update computes in float32 (the parameter and gradient cast to float32, the new
+    moments, the step): about three float32 temporaries of the largest parameter.
+    """
+    largest = max([*model.layer_param_list(), model.vocab * model.hidden])
+    return StagePeak(checkpoint="optimizer step", components={
+        "gradients": _gradient_set(model, layers), "optimizer outputs": 3 * FP32 * largest})
