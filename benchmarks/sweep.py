@@ -107,7 +107,7 @@ PINNED = [SweepConfig(name=f"p{index}", half="pinned", dtype=dtype, recompute=fo
               ("defaults", "none"), ("defaults", "full"), ("defaults", "select feed_forward"),
               ("defaults", "full, first 2 layers"), ("defaults", "select feed_forward, exclude mul"),
               ("fp16 compute, fp32 params", "select attention"), ("fp32 compute, fp16 params", "none"),
-              ("float32", "none")])]
+              ("float32", "none"), ("float32", "full"), ("float32", "select feed_forward")])]
 
 
 def generate() -> list[SweepConfig]:
