@@ -256,9 +256,11 @@ def _optimizer_step(model: ModelSpec, layers: int) -> StagePeak:
 
     Every parameter's update returns a new parameter-sized tensor, held until the whole
     optimizer has run, while the gradients not yet used are still held: one gradient set in
-    all. Each update computes in float32 (the parameter and gradient cast to float32, the new
-    moments, the step): about three float32 temporaries of the largest parameter.
+    all. Each update computes in float32: the new moments and the step (three float32
+    temporaries of the largest parameter), plus the parameter and its gradient cast to float32
+    when the parameters are not float32 (two more).
     """
     largest = max([*model.layer_param_list(), model.vocab * model.hidden])
+    temporaries = 3 + (2 if model.param_bytes != FP32 else 0)
     return StagePeak(checkpoint="optimizer step", components={
-        "gradients": _gradient_set(model, layers), "optimizer outputs": 3 * FP32 * largest})
+        "gradients": _gradient_set(model, layers), "optimizer outputs": temporaries * FP32 * largest})
