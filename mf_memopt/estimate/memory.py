@@ -121,14 +121,7 @@ def cpu_pool_peak(model: ModelSpec, effects: list[LayerEffect]) -> StagePeak:
             "layer working set": _held_in_backward(effects[index]) + 2 * FP32 * dim.bsf + copies.late[index]}))
         candidates.append(_attention_backward(model, effects, index, kept, copies, tables))
     candidates.append(_optimizer_step(model, len(effects)))
-    zeros = _gradient_set(model, len(effects))
-    return max((StagePeak(checkpoint=candidate.checkpoint, components={**candidate.components, ZEROS: zeros})
-                for candidate in candidates), key=lambda candidate: candidate.peak)
-
-
-# The training step replaces the gradients by zeros on overflow (ops.select against zeros_like of
-# each gradient); the zeros are constants of the compiled graph, held in the pool for the whole step.
-ZEROS = "zeros of the overflow select"
+    return max(candidates, key=lambda candidate: candidate.peak)
 
 
 def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int, kept: list[int],
@@ -254,6 +247,9 @@ def _gradient_set(model: ModelSpec, layers: int) -> int:
 def _optimizer_step(model: ModelSpec, layers: int) -> StagePeak:
     """MindFormers' AdamW as graph ops, after clip-grad and the overflow select.
 
+    The step replaces the gradients by zeros on overflow (`select(overflow, zeros_like(g), g)`):
+    by the time the optimizer runs, a zero tensor of every gradient's shape exists too.
+
     Every parameter's update returns a new parameter-sized tensor, held until the whole
     optimizer has run, while the gradients not yet used are still held: one gradient set in
     all. Each update computes in float32: the new moments and the step (three float32
@@ -262,5 +258,7 @@ def _optimizer_step(model: ModelSpec, layers: int) -> StagePeak:
     """
     largest = max([*model.layer_param_list(), model.vocab * model.hidden])
     temporaries = 3 + (2 if model.param_bytes != FP32 else 0)
+    gradients = _gradient_set(model, layers)
     return StagePeak(checkpoint="optimizer step", components={
-        "gradients": _gradient_set(model, layers), "optimizer outputs": temporaries * FP32 * largest})
+        "gradients": gradients, "zeros of the overflow select": gradients,
+        "optimizer outputs": temporaries * FP32 * largest})
