@@ -60,14 +60,13 @@ def test_the_recorded_configs_are_the_ones_the_tests_build():
                                                                                      config.recompute)
 
 
-def test_mixed_precision_costs_memory_and_recompute_still_saves(tmp_path):
+def test_recompute_still_saves_under_mixed_precision(tmp_path):
     by_name = {(c.dtype, c.recompute): c for c in PINNED}
 
-    def peak(dtype, form):
-        return estimate_config(_write(tmp_path, by_name[(dtype, form)]), runtime="cpu").stages[0].peak.peak
+    def peak(form):
+        return estimate_config(_write(tmp_path, by_name[("defaults", form)]), runtime="cpu").stages[0].peak.peak
 
-    assert peak("defaults", "none") > peak("float32", "none")            # the cast and float32 copies
-    assert peak("defaults", "full") < peak("defaults", "select feed_forward") < peak("defaults", "none")
+    assert peak("full") < peak("select feed_forward") < peak("none")
 
 
 def test_default_dtypes_show_the_cast_copies_per_operator(tmp_path):
