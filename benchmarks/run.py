@@ -6,7 +6,7 @@
     python benchmarks/run.py --only memory --steps 10 --config benchmarks/llama_medium.yaml
     python benchmarks/run.py --only apply --profile   # cProfile of mf_memopt's apply_plan
     python benchmarks/run.py --only calibrate         # (c) estimated against measured memory-pool peak
-    python benchmarks/run.py --only sweep [--remeasure]  # (d) the estimator on the generated sweep
+    python benchmarks/run.py --only sweep [--remeasure]  # (e) the estimator on the generated sweep
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--only", choices=("apply", "memory", "calibrate", "sweep"),
                         help="run one of the benchmarks (sweep runs only when named)")
     parser.add_argument("--remeasure", action="store_true",
-                        help="(d) train every sweep config again (about 15 minutes) before comparing")
+                        help="(e) train every sweep config again (about 15 minutes) before comparing")
     parser.add_argument("--repeat", type=_positive, default=7, help="(a) timed runs per config (default 7)")
     parser.add_argument("--steps", type=_positive, default=10,
                         help="(b) training steps per variant (default 10)")

@@ -1,4 +1,4 @@
-"""(d) The CPU estimator on a generated sweep of Llama configs, against measured memory-pool peaks.
+"""(e) The CPU estimator on a generated sweep of Llama configs, against measured memory-pool peaks.
 
 The sweep is generated from a fixed seed, so the same command always yields the same configs:
 layers 2-8, hidden 64-1024, heads and n_kv_heads (grouped-query attention), seq 32-1024,
@@ -244,7 +244,7 @@ def compare(remeasure: bool = False) -> float:
             errors[config.half].append(abs(error))
             rows.append(_row(config, entry["measured_mib"], estimated, f"{error:+.1%}", term,
                              f"{estimated - entry['measured_mib']:+.1f}"))
-    print_table(f"(d) sweep: estimate --runtime cpu against the measured memory-pool peak (MiB); data "
+    print_table(f"(e) sweep: estimate --runtime cpu against the measured memory-pool peak (MiB); data "
                 f"{DATA.relative_to(REPO)} (MindSpore {data.get('mindspore')}, launcher {data.get('launcher')})",
                 ("config", "half", "layers", "h", "n/kv", "s", "b", "v", "f", "dtypes", "recompute", "measured",
                  "estimated", "error", "MiB off", "estimated peak at"), rows)
