@@ -11,6 +11,7 @@ import yaml
 from mf_memopt.auto import auto_plan
 from mf_memopt.cli import main
 from mf_memopt.estimate import estimate_config
+from mf_memopt.estimate.report import human
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs/llama_tiny.yaml"
@@ -18,35 +19,66 @@ LLAMA7B = ROOT / "configs/planning/llama2_7b_swap_pp2.yaml"
 MiB, GiB = 2**20, 2**30
 
 
+def _tiny_uniform(tmp_path: Path, *, full: bool) -> int:
+    """The cpu estimate of the tiny config with nothing (or every layer fully) recomputed, written by hand."""
+    text = TINY.read_text()
+    select = "  select_recompute:\n    'feed_forward': True"
+    assert select in text and "  recompute: False" in text
+    text = text.replace(select, "  select_recompute: False\n    # was: 'feed_forward': True")
+    if full:
+        text = text.replace("  recompute: False", "  recompute: True")
+    path = _write(tmp_path / ("full.yaml" if full else "nothing.yaml"), text)
+    return estimate_config(path, runtime="cpu").stages[0].peak.peak
+
+
+def _tiny_budget(tmp_path: Path) -> tuple[int, int, int]:
+    """(budget, nothing peak, full recompute peak): a whole MiB halfway between the two reference plans."""
+    nothing, full = _tiny_uniform(tmp_path, full=False), _tiny_uniform(tmp_path, full=True)
+    assert full < nothing
+    return (full + nothing) // 2 // MiB * MiB, nothing, full
+
+
 def test_cpu_plan_is_printed_with_the_reference_plans(capsys, tmp_path):
+    """Between the full-recompute and the no-recompute peaks, the plan recomputes some layers, is estimated
+    (on the written YAML) at the printed peak within the budget, and the references are the uniform plans."""
+    budget, nothing, full = _tiny_budget(tmp_path)
     out_file = tmp_path / "planned.yaml"
-    assert main(["auto", str(TINY), "--device-memory", "40MiB", "--runtime", "cpu", "--output", str(out_file)]) == 0
+    assert main(["auto", str(TINY), "--device-memory", f"{budget // MiB}MiB", "--runtime", "cpu",
+                 "--output", str(out_file)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[2].split() == ["stage", "layers", "budget", "predicted", "peak", "host", "(swap)", "overhead",
                                 "nothing:", "peak", "overhead", "full", "recompute:", "peak", "overhead"]
-    assert lines[3].split() == ["0", "0-3", "40.0", "MiB", "36.1", "MiB", "0", "B", "16.7%", "63.0", "MiB", "0.0%",
-                                "28.3", "MiB", "33.3%"]
-    assert lines[5] == "stage 0: 0-1 full recompute; 2-3 keep"
+    peak = estimate_config(out_file, runtime="cpu").stages[0].peak.peak
+    assert full <= peak <= budget
+    row = lines[3].split()
+    assert row[:2] == ["0", "0-3"] and " ".join(row[2:4]) == human(budget) and " ".join(row[4:6]) == human(peak)
+    assert row[6:8] == ["0", "B"] and 0.0 < float(row[8].rstrip("%")) < 33.3
+    assert " ".join(row[9:11]) == human(nothing) and row[11] == "0.0%"
+    assert " ".join(row[12:14]) == human(full) and row[14] == "33.3%"   # a forward more per forward + backward
+    assert lines[5].startswith("stage 0: 0") and "recompute" in lines[5] and lines[5].endswith("2-3 keep")
     assert lines[-1] == f"written to {out_file}"
     written = yaml.safe_load(out_file.read_text())
-    assert written["recompute_config"] == {"recompute": [2], "select_recompute": False,
-                                           "select_comm_recompute": False}
+    counts = written["recompute_config"]["recompute"]
+    assert isinstance(counts, list) and len(counts) == 1 and 0 < counts[0] < 4   # per-stage count form
     assert written["swap_config"] == {"swap": False}
 
 
 def test_written_yaml_keeps_the_rest_of_the_file_and_explains_itself(tmp_path):
-    result = auto_plan(TINY, budget=40 * MiB, runtime="cpu")
+    budget, _, _ = _tiny_budget(tmp_path)
+    result = auto_plan(TINY, budget=budget, runtime="cpu")
     header = [line for line in result.text.splitlines() if line.startswith("# mf_memopt auto:")]
-    assert header[0] == "# mf_memopt auto: plan for 40.0 MiB of device memory per stage (cpu runtime), host memory " \
-                        "unlimited."
-    assert any("stage 0: predicted peak 36.1 MiB, overhead 16.7%: 0-1 full recompute; 2-3 keep" in line
+    assert header[0] == f"# mf_memopt auto: plan for {human(budget)} of device memory per stage (cpu runtime), " \
+                        "host memory unlimited."
+    peak = estimate_config(_write(tmp_path / "written.yaml", result.text), runtime="cpu").stages[0].peak.peak
+    assert peak <= budget
+    assert any(f"stage 0: predicted peak {human(peak)}, overhead " in line and line.endswith("2-3 keep")
                for line in header)
     original = yaml.safe_load(TINY.read_text())
     written = yaml.safe_load(result.text)
     assert {key: value for key, value in written.items() if not key.endswith("_config")} == \
            {key: value for key, value in original.items() if not key.endswith("_config")}
     assert written["model"] == original["model"]
-    again = auto_plan(_write(tmp_path / "again.yaml", result.text), budget=40 * MiB, runtime="cpu")
+    again = auto_plan(_write(tmp_path / "again.yaml", result.text), budget=budget, runtime="cpu")
     assert again.text.count("# mf_memopt auto: plan for") == 1     # re-planning replaces the old header
 
 
@@ -110,11 +142,13 @@ def _no_swap():
     return choice_set(swap=False)
 
 
-def test_budget_above_nothing_gives_an_empty_plan(capsys):
+def test_budget_above_nothing_gives_an_empty_plan(capsys, tmp_path):
+    nothing = _tiny_uniform(tmp_path, full=False)
     assert main(["auto", str(TINY), "--device-memory", "1GiB", "--runtime", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "stage 0: 0-3 keep" in out
-    assert "the budget is at or above the peak without any recompute or swap (63.0 MiB): the plan is empty" in out
+    assert f"the budget is at or above the peak without any recompute or swap ({human(nothing)}): the plan is " \
+           "empty" in out
 
 
 def test_infeasible_budget_names_the_minimum_per_stage_and_the_binding_stage(capsys):
@@ -127,11 +161,16 @@ def test_infeasible_budget_names_the_minimum_per_stage_and_the_binding_stage(cap
     assert main(["auto", str(LLAMA7B), "--device-memory", "27.1GiB"]) == 0
 
 
-def test_infeasible_json(capsys):
+def test_infeasible_json(capsys, tmp_path):
+    """Below every plan's peak: the minimum named is within the 1 MiB search step of the full-recompute
+    peak (or below it) and is enough."""
+    full = _tiny_uniform(tmp_path, full=True)
     assert main(["auto", str(TINY), "--device-memory", "20MiB", "--runtime", "cpu", "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["feasible"] is False and data["binding_stage"] == 0
-    assert 28 * MiB < data["minimum_budget_bytes"]["0"] < 29 * MiB
+    minimum = data["minimum_budget_bytes"]["0"]
+    assert 20 * MiB < minimum < full + MiB
+    assert main(["auto", str(TINY), "--device-memory", f"{-(-minimum // MiB)}MiB", "--runtime", "cpu"]) == 0
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -193,8 +232,9 @@ def test_measure_tightens_by_the_measured_excess_at_most_three_times(tmp_path):
     first = rounds[0]
     assert rounds[1].planned_for == first.predicted - (first.measured - 50 * MiB)   # from where the plan landed
     assert len(rounds) <= 3 and len(lines) == len(rounds)
-    assert lines[0].startswith("round 1: planned for 50.0 MiB, predicted peak 49.8 MiB, measured pool peak 54.8 MiB: "
-                               "over by 4.8 MiB")
+    assert first.predicted <= 50 * MiB and first.measured == first.predicted + 5 * MiB > 50 * MiB
+    assert lines[0].startswith(f"round 1: planned for 50.0 MiB, predicted peak {human(first.predicted)}, measured "
+                               f"pool peak {human(first.measured)}: over by {human(first.measured - 50 * MiB)}")
     assert rounds[-1].measured <= 50 * MiB and lines[-1].endswith("within the budget")
     assert (tmp_path / "out.yaml").read_text() == rounds[-1].plan.text
 

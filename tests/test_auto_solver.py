@@ -17,11 +17,12 @@ import pytest
 
 from mf_memopt.auto import Choice, InfeasibleBudget, auto_plan
 from mf_memopt.auto.choices import KEEP, footprints
-from mf_memopt.auto.limits import check_cpu_restatement
+from mf_memopt.auto.limits import check_cpu_peak
 from mf_memopt.auto.planner import _Context
 from mf_memopt.auto.problem import stage_problems
 from mf_memopt.auto.writer import Assignment, sections
 from mf_memopt.config import load_plan, plan_source
+from mf_memopt.estimate import estimate_config
 from mf_memopt.estimate.core import _estimate
 from mf_memopt.estimate.inventory import layer_inventory, layer_ops
 from mf_memopt.estimate.spec import ParallelSpec
@@ -121,19 +122,61 @@ def _same(a: float | None, b: float | None) -> bool:
 CPU_CHOICES = (KEEP, FF, ATTN, BOTH, FULL)
 
 
-@pytest.mark.parametrize("budget_mib", [28.4, 31, 35, 40, 47, 55, 63])
-def test_cpu_equals_brute_force_on_four_layers(tmp_path, budget_mib):
+def _budget_between(config: Path, runtime: str, choices: tuple[Choice, ...], fraction: float) -> int:
+    """A budget `fraction` of the way from the lowest plan peak to the highest (below 0: nothing fits)."""
+    peaks = [max(stage_peaks) for stage_peaks, _ in _every_plan(config, runtime, choices)]
+    return int(min(peaks) + fraction * (max(peaks) - min(peaks)))
+
+
+@pytest.mark.parametrize("fraction", [-0.01, 0.0, 0.1, 0.25, 0.4, 0.6, 0.8, 1.0])
+def test_cpu_equals_brute_force_on_four_layers(tmp_path, fraction):
     config = tiny(tmp_path, 4)
-    budget = int(budget_mib * MiB)
-    assert _same(planned_cost(config, budget, "cpu", CPU_CHOICES), brute_force(config, budget, "cpu", CPU_CHOICES))
+    budget = _budget_between(config, "cpu", CPU_CHOICES, fraction)
+    expected = brute_force(config, budget, "cpu", CPU_CHOICES)
+    assert (expected is None) == (fraction < 0)
+    assert _same(planned_cost(config, budget, "cpu", CPU_CHOICES), expected)
 
 
-@pytest.mark.parametrize("budget_mib", [40, 55, 70])
-def test_cpu_equals_brute_force_on_six_layers(tmp_path, budget_mib):
+@pytest.mark.parametrize("fraction", [0.2, 0.5, 0.8])
+def test_cpu_equals_brute_force_on_six_layers(tmp_path, fraction):
     config = tiny(tmp_path, 6)
     choices = (KEEP, ATTN, FULL)
-    budget = budget_mib * MiB
+    budget = _budget_between(config, "cpu", choices, fraction)
     assert _same(planned_cost(config, budget, "cpu", choices), brute_force(config, budget, "cpu", choices))
+
+
+# The cpu runtime follows the config's dtypes: each mix has its own weight copies (made when the step
+# starts, held to the backward, or made late by a recompute) and its own rebuilt sizes.
+DTYPE_MIXES = {
+    "float16 compute and parameters": {"compute_dtype": "float16", "param_init_type": "float16"},
+    "float16 compute, float32 parameters": {"compute_dtype": "float16", "param_init_type": "float32"},
+    "float32 compute, float16 parameters": {"compute_dtype": "float32", "param_init_type": "float16"},
+    "float16 compute and norms": {"compute_dtype": "float16", "layernorm_compute_type": "float16",
+                                  "softmax_compute_type": "float16", "rotary_dtype": "float16"},
+}
+
+
+def tiny_mixed(tmp_path: Path, layers: int, mix: str) -> Path:
+    text = tiny(tmp_path, layers).read_text()
+    for key, value in DTYPE_MIXES[mix].items():
+        old = next(line for line in text.splitlines() if line.strip().startswith(f"{key}:"))
+        text = text.replace(old, old[:old.index(key)] + f'{key}: "{value}"')
+    path = tmp_path / f"tiny{layers}_{mix.replace(' ', '_').replace(',', '')}.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("mix", sorted(DTYPE_MIXES))
+def test_cpu_equals_brute_force_under_mixed_precision(tmp_path, mix):
+    config = tiny_mixed(tmp_path, 4, mix)
+    assert estimate_config(config, runtime="cpu").model.dtypes != estimate_config(tiny(tmp_path, 4),
+                                                                                   runtime="cpu").model.dtypes
+    outcomes = []
+    for budget in _budgets_at_plan_peaks(_every_plan(config, "cpu", CPU_CHOICES), 5):
+        expected = brute_force(config, budget, "cpu", CPU_CHOICES)
+        assert _same(planned_cost(config, budget, "cpu", CPU_CHOICES), expected), budget
+        outcomes.append(expected)
+    assert outcomes[0] is None and outcomes[-1] == 0.0 and any(value for value in outcomes)
 
 
 ASCEND_CHOICES = (KEEP, FF, FULL, SWAP_ATTN, FF_SWAP_ATTN)
@@ -185,10 +228,20 @@ def test_overhead_never_grows_with_the_budget(tmp_path):
     assert previous == 0.0
 
 
-def test_cpu_peak_restatement_matches_the_estimator():
-    """The cpu search restates the pool-peak checkpoints; random plans keep it equal to `estimate`."""
-    plan = load_plan(ROOT / "benchmarks/llama_medium.yaml")
-    source = parse_yaml((ROOT / "benchmarks/llama_medium.yaml").read_text(), "medium")
+@pytest.mark.parametrize("mix", [None, *sorted(DTYPE_MIXES)])
+def test_cpu_search_peak_matches_the_estimator(tmp_path, mix):
+    """The cpu search's terms are read off the estimator's checkpoints; random plans keep its peak equal to
+    `cpu_pool_peak`."""
+    config = ROOT / "benchmarks/llama_medium.yaml"
+    if mix is not None:
+        config = tmp_path / f"medium_{sorted(DTYPE_MIXES).index(mix)}.yaml"
+        text = (ROOT / "benchmarks/llama_medium.yaml").read_text()
+        for key, value in DTYPE_MIXES[mix].items():
+            old = next(line for line in text.splitlines() if line.strip().startswith(f"{key}:"))
+            text = text.replace(old, old[:old.index(key)] + f'{key}: "{value}"')
+        config.write_text(text)
+    plan = load_plan(config)
+    source = parse_yaml(config.read_text(), "medium")
     from mf_memopt.estimate.spec import read_spec
 
     model, _, _ = read_spec(source, [])
@@ -200,5 +253,20 @@ def test_cpu_peak_restatement_matches_the_estimator():
         picks = [rng.randrange(len(CPU_CHOICES)) for _ in range(model.num_layers)]
         effects = [prints[pick].effect for pick in picks]
         options = [problems[0].positions[index][pick] for index, pick in enumerate(picks)]
-        restated, estimated = check_cpu_restatement(model, effects, options)
-        assert restated == estimated
+        searched, estimated = check_cpu_peak(model, effects, problems[0].limits, options)
+        assert searched == estimated
+
+
+def test_an_estimator_term_the_search_cannot_express_is_refused(tmp_path, monkeypatch):
+    """If the cpu estimator grew a checkpoint term that is not a per-layer sum (here: the largest layer's
+    kept bytes), the planner's terms no longer add up to it; planning stops instead of trusting them."""
+    from mf_memopt.auto import limits
+    from mf_memopt.estimate.memory import StagePeak, cpu_checkpoints
+
+    def with_a_maximum(model, effects):
+        largest = max(effect.bytes() - effect.bytes("recomputed") for effect in effects)
+        return [*cpu_checkpoints(model, effects), StagePeak(checkpoint="largest layer", components={"x": largest})]
+
+    monkeypatch.setattr(limits, "cpu_checkpoints", with_a_maximum)
+    with pytest.raises(limits.PlannerMismatch, match="do not add up to its peak"):
+        auto_plan(tiny(tmp_path, 4), budget=60 * MiB, runtime="cpu", choices=CPU_CHOICES)

@@ -11,7 +11,7 @@ from ..estimate.spec import ModelSpec, OptimizerSpec, ParallelSpec
 from ..estimate.transfer import Hardware
 from ..plan import Plan
 from .choices import Choice, Footprint, footprints
-from .limits import AscendStage, CpuStage
+from .limits import AscendStage, CpuStage, CpuTerms, cpu_terms
 from .solver import Option
 
 
@@ -33,34 +33,38 @@ def stage_problems(plan: Plan, spec: tuple[ModelSpec, ParallelSpec, OptimizerSpe
     forward_s = hardware.seconds(sum(op.flops for op in ops))
     steps = parallel.micro_batches * parallel.grad_accumulation
     problems = []
+    terms = None
     for stage in range(plan.layout.stages):
         members = [layer for layer in plan.layers if layer.stage == stage]
         n = len(members)
         starts = frozenset(index for index, layer in enumerate(members)
                            if index == 0 or layer.chunk != members[index - 1].chunk)
-        positions = tuple(tuple(option for footprint in prints
-                                if (option := _option(footprint, index, n, runtime, forward_s, steps, hardware)))
-                          for index in range(n))
         first, last = stage == 0, stage == plan.layout.stages - 1
         if runtime == "cpu":
-            limits: AscendStage | CpuStage = CpuStage(model=model, layer_bytes=prints[0].effect.bytes(), positions=n)
+            terms = cpu_terms(model, {footprint.choice: footprint.effect for footprint in prints},
+                              {footprint.choice: footprint.attention_rebuilt for footprint in prints}, n)
+            limits: AscendStage | CpuStage = CpuStage(model=model, terms=terms, positions=n)
         else:
             limits = AscendStage(model=model, parallel=parallel, optimizer=optimizer,
                                  params=stage_parameters(model, parallel, n, first, last),
                                  factor=in_flight(stage, parallel, plan.layout.chunks), first=first, last=last,
                                  positions=n)
+        positions = tuple(tuple(option for footprint in prints
+                                if (option := _option(footprint, index, n, runtime, forward_s, steps, hardware,
+                                                      terms)))
+                          for index in range(n))
         problems.append(StageProblem(stage=stage, layers=tuple(layer.layer for layer in members), chunk_starts=starts,
                                      positions=positions, limits=limits, compute_s=steps * 3 * forward_s * n))
     return problems
 
 
 def _option(footprint: Footprint, index: int, n: int, runtime: str, forward_s: float, steps: int,
-            hardware: Hardware) -> Option | None:
+            hardware: Hardware, terms: CpuTerms | None = None) -> Option | None:
     recompute_s = hardware.seconds(footprint.effect.recompute_flops)
     if runtime == "cpu":   # nothing moves on CPU: a swapped tensor stays in the pool
-        kept = footprint.effect.bytes() - footprint.rebuilt
-        return Option(choice=footprint.choice, kept=kept, rebuilt=footprint.rebuilt, swapped=0,
-                      attention=footprint.attention_rebuilt, seconds=steps * recompute_s)
+        return Option(choice=footprint.choice, kept=terms.kept[footprint.choice], rebuilt=footprint.rebuilt,
+                      swapped=0, attention=footprint.attention_rebuilt, seconds=steps * recompute_s,
+                      extra=terms.extra[footprint.choice])
     if not footprint.choice.swaps:
         return Option(choice=footprint.choice, kept=footprint.kept, rebuilt=footprint.rebuilt, swapped=0,
                       attention=footprint.attention_rebuilt, seconds=steps * recompute_s)

@@ -9,6 +9,11 @@ with its least added time; a state is dropped when another with the same setting
 and swaps no more bytes for no more time (every constraint ahead grows with those two
 sums, so nothing reachable from it can be better); states that swap some layer are kept
 apart from those that do not, so that "the best plan that swaps something" is exact too.
+On cpu a state also carries a second whole-stage sum (`Option.extra`, the weight copies made
+when the step starts when they depend on the choices) and is dropped only when another is no
+worse on every sum. A layer's option may also lower the cap on the bytes kept before it
+(`Run.prefix_cap`: what the option adds to its own layer's checkpoints), so one option
+replaces another only if it is allowed wherever the other is.
 Each `Run` (see `limits.py`) fixes the one term of the peak that is not a sum. The result
 is the exact optimum over the options offered; `tests/test_auto_solver.py` checks it
 against brute force through the estimator.
@@ -41,6 +46,7 @@ class Option:
     attention: bool         # some attention tensor is rebuilt
     seconds: float          # added step time: recompute plus swap transfer not hidden
     prefetch: int | None = None
+    extra: int = 0          # bytes of a second whole-stage sum (cpu: see `limits.CpuStage`)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,8 +55,9 @@ class Solution:
     seconds: float
 
 
-# A state: (kept, swapped, seconds, swaps, available, parent state, option); tuples keep the inner loop cheap.
-_KEPT, _SWAPPED, _SECONDS, _SWAPS, _AVAILABLE, _PARENT, _OPTION = range(7)
+# A state: (kept, swapped, seconds, swaps, available, parent state, option, extra); tuples keep the inner loop
+# cheap. `swapped` and `extra` are two further sums with whole-stage caps.
+_KEPT, _SWAPPED, _SECONDS, _SWAPS, _AVAILABLE, _PARENT, _OPTION, _EXTRA = range(8)
 
 
 def solve_stage(positions: list[list[Option]], runs: list[Run], *, prefixes: bool,
@@ -69,33 +76,33 @@ def _solve_run(positions: list[list[Option]], run: Run, *, prefixes: bool, chunk
                need_swap: bool) -> Solution | None:
     everything = frozenset().union(*(option.choice.features for options in positions for option in options))
     track_swapped = run.host_cap != float("inf")
-    states: list[tuple] = [(0, 0, 0.0, False, everything if prefixes else None, None, None)]
+    track_extra = run.extra_cap != float("inf")
+    states: list[tuple] = [(0, 0, 0.0, False, everything if prefixes else None, None, None, 0)]
     for index, options in enumerate(positions):
-        cap = run.prefix_caps[index]
-        states = [state for state in states if state[_KEPT] <= cap]
+        caps = {id(option): run.prefix_cap(index, option) for option in options if run.admits(option)}
         admitted = [(option, option.choice.features, option.choice.full, option.choice.swaps,
-                     option.swapped if track_swapped else 0)
-                    for option in _undominated([option for option in options if run.admits(option)],
-                                               prefixes, track_swapped)]
+                     option.swapped if track_swapped else 0, option.extra if track_extra else 0, caps[id(option)])
+                    for option in _undominated([option for option in options if id(option) in caps],
+                                               prefixes, track_swapped, track_extra, caps)]
         grown = []
         for state in states:
-            kept0, swapped0, seconds0, swaps0, available, _, _ = state
+            kept0, swapped0, seconds0, swaps0, available, _, _, extra0 = state
             if prefixes and index in chunk_starts:
                 available = everything
-            for option, features, full, swaps, swapped in admitted:
-                if available is not None and not features <= available:
+            for option, features, full, swaps, swapped, extra, cap in admitted:
+                if kept0 > cap or (available is not None and not features <= available):
                     continue
                 kept = kept0 + option.kept
-                if kept > run.total_cap or swapped0 + swapped > run.host_cap:
+                if kept > run.total_cap or swapped0 + swapped > run.host_cap or extra0 + extra > run.extra_cap:
                     continue
                 narrowed = available if available is None or full else features & available
                 grown.append((kept, swapped0 + swapped, seconds0 + option.seconds, swaps0 or swaps, narrowed, state,
-                              option))
+                              option, extra0 + extra))
         states = _frontier(grown)
     states = [state for state in states if state[_SWAPS] or not need_swap]
     if not states:
         return None
-    end = min(states, key=lambda state: (state[_SECONDS], state[_KEPT], state[_SWAPPED]))
+    end = min(states, key=lambda state: (state[_SECONDS], state[_KEPT], state[_SWAPPED], state[_EXTRA]))
     picked = []
     node = end
     while node[_OPTION] is not None:
@@ -111,14 +118,14 @@ def _frontier(states: list[tuple]) -> list[tuple]:
         groups.setdefault((state[_AVAILABLE], state[_SWAPS]), []).append(state)
     kept = []
     for group in groups.values():
-        group.sort(key=lambda state: (state[_KEPT], state[_SWAPPED], state[_SECONDS]))
-        if not any(state[_SWAPPED] for state in group):
+        group.sort(key=lambda state: (state[_KEPT], state[_SWAPPED], state[_EXTRA], state[_SECONDS]))
+        if not any(state[_SWAPPED] or state[_EXTRA] for state in group):
             kept += _frontier_1d(group)
             continue
         frontier: list[tuple] = []
         for state in group:
-            if not any(other[_SWAPPED] <= state[_SWAPPED] and other[_SECONDS] <= state[_SECONDS]
-                       for other in frontier):
+            if not any(other[_SWAPPED] <= state[_SWAPPED] and other[_EXTRA] <= state[_EXTRA]
+                       and other[_SECONDS] <= state[_SECONDS] for other in frontier):
                 frontier.append(state)
         kept += frontier
     return kept
@@ -134,13 +141,16 @@ def _frontier_1d(group: list[tuple]) -> list[tuple]:
     return frontier
 
 
-def _undominated(options: list[Option], prefixes: bool, track_swapped: bool) -> list[Option]:
+def _undominated(options: list[Option], prefixes: bool, track_swapped: bool, track_extra: bool,
+                 caps: dict[int, float]) -> list[Option]:
     """Drop an option when another keeps, swaps and costs no more (with the same settings in the count
     family, where the settings decide what later layers may use; a swap only for another swap, so that
-    the best plan that swaps something stays reachable)."""
+    the best plan that swaps something stays reachable). The other must also be allowed after at
+    least as many kept bytes (`Run.prefix_cap`, the cap on the bytes kept before this position)."""
     kept = []
-    for option in sorted(options, key=lambda item: (item.kept, item.swapped, item.seconds)):
+    for option in sorted(options, key=lambda item: (item.kept, item.swapped, item.extra, item.seconds)):
         if not any((other.swapped <= option.swapped or not track_swapped) and other.seconds <= option.seconds
+                   and (other.extra <= option.extra or not track_extra) and caps[id(other)] >= caps[id(option)]
                    and (other.choice.swaps or not option.choice.swaps)
                    and (not prefixes or other.choice.features == option.choice.features) for other in kept):
             kept.append(option)

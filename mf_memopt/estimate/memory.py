@@ -101,6 +101,11 @@ def ascend_peak(model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSp
 
 def cpu_pool_peak(model: ModelSpec, effects: list[LayerEffect]) -> StagePeak:
     """The largest of the step's checkpoints (module docstring); every term in the config's dtypes."""
+    return max(cpu_checkpoints(model, effects), key=lambda candidate: candidate.peak)
+
+
+def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StagePeak]:
+    """Every checkpoint `cpu_pool_peak` compares; per-layer ones are named "... of layer <index>"."""
     kept = [effect.bytes() - effect.bytes("recomputed") for effect in effects]  # nothing is swapped on CPU
     tables = _cpu_tables(model, effects)
     copies = _weight_copies(model, effects)
@@ -126,7 +131,7 @@ def cpu_pool_peak(model: ModelSpec, effects: list[LayerEffect]) -> StagePeak:
                                 components={**candidate.components, EARLY_UPDATE: early})
                       for candidate in candidates]
     candidates.append(_optimizer_step(model, len(effects)))
-    return max(candidates, key=lambda candidate: candidate.peak)
+    return candidates
 
 
 # MindFormers' AdamW starts each update with param * (1 - lr * weight_decay), which reads only the
