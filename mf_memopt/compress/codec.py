@@ -1,0 +1,87 @@
+"""Per-group stochastic quantisation in MindSpore graph operators (ActNN, level L1/L2).
+
+A tensor is flattened, padded to whole groups of `group_size` elements, and each group
+is stored as `bits`-bit integers with its minimum and scale (float16 each). Rounding is
+stochastic (`floor(v + u)`, u uniform in [0, 1)), so the decompressed value is an unbiased
+estimate of the original and so is the gradient computed from it. The minimum is rounded
+down and the scale up before they are stored in float16, so every value stays inside
+the representable range and no clipping biases the rounding.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mindspore as ms
+from mindspore import nn, ops
+
+_F16_TINY = 6.2e-5              # smallest normal float16: a zero-range group gets this scale
+_F16_MARGIN = 2.0 ** -9         # > float16 rounding error (2**-11 relative)
+CHUNKS = 8                      # the float32 working set of quantisation is 1/CHUNKS of the tensor
+
+
+class GroupCodec(nn.Cell):
+    """compress(x) -> (packed uint8, minimum f16, scale f16); decompress(...) -> x's estimate."""
+
+    def __init__(self, bits: int, group_size: int, seed: int = 0):
+        super().__init__()
+        if 8 % bits or group_size % (8 // bits):
+            raise ValueError(f"{bits}-bit groups of {group_size} elements do not pack into whole bytes")
+        self.bits, self.group_size = bits, group_size
+        self.levels = float(2 ** bits - 1)
+        self.per_byte = 8 // bits
+        self.places = ms.Tensor([2 ** (bits * k) for k in range(self.per_byte)], ms.int32)
+        self.uniform = ops.UniformReal(seed=seed, seed2=seed + 1)
+
+    def compress(self, x):
+        elements = x.size
+        groups = (elements + self.group_size - 1) // self.group_size
+        flat = ops.reshape(ops.cast(x, ms.float32), (-1,))
+        if groups * self.group_size > elements:
+            flat = ops.concat((flat, ops.zeros((groups * self.group_size - elements,), ms.float32)))
+        grouped = ops.reshape(flat, (groups, self.group_size))
+        step = (groups + CHUNKS - 1) // CHUNKS
+        packs, lows, scales = [], [], []
+        for start in range(0, groups, step):
+            part = grouped[start:min(start + step, groups)]
+            if packs:  # one chunk at a time: its float32 temporaries are freed before the next one starts
+                part = ops.depend(part, packs[-1])
+            packed, low, scale = self._compress_part(part)
+            packs.append(packed)
+            lows.append(low)
+            scales.append(scale)
+        if len(packs) == 1:
+            return packs[0], lows[0], scales[0]
+        return ops.concat(packs), ops.concat(lows), ops.concat(scales)
+
+    def _compress_part(self, grouped):
+        groups = grouped.shape[0]
+        low = ops.min(grouped, axis=1, keepdims=True)[0]
+        high = ops.max(grouped, axis=1, keepdims=True)[0]
+        low16 = ops.cast(low - ops.abs(low) * _F16_MARGIN - _F16_TINY, ms.float16)
+        low = ops.cast(low16, ms.float32)
+        scale = ops.maximum((high - low) / self.levels * (1.0 + _F16_MARGIN), _F16_TINY)
+        scale16 = ops.cast(scale, ms.float16)
+        scaled = (grouped - low) / ops.cast(scale16, ms.float32)
+        noise = self.uniform((groups, self.group_size))
+        levels = ops.clip_by_value(ops.floor(scaled + noise), 0.0, self.levels)
+        return self._pack(ops.cast(levels, ms.int32), groups), low16, scale16
+
+    def _pack(self, levels, groups):
+        if self.per_byte == 1:
+            return ops.cast(levels, ms.uint8)
+        parts = ops.reshape(levels, (groups, self.group_size // self.per_byte, self.per_byte))
+        return ops.cast(ops.reduce_sum(parts * self.places, -1), ms.uint8)
+
+    def decompress(self, packed, low16, scale16, shape, dtype):
+        groups = packed.shape[0]
+        levels = ops.cast(packed, ms.int32)
+        if self.per_byte > 1:
+            digits = ops.expand_dims(levels, -1) // self.places
+            levels = ops.reshape(ops.floor_mod(digits, 2 ** self.bits), (groups, self.group_size))
+        values = ops.cast(levels, ms.float32) * ops.cast(scale16, ms.float32) + ops.cast(low16, ms.float32)
+        flat = ops.reshape(values, (-1,))
+        elements = math.prod(shape)
+        if groups * self.group_size > elements:
+            flat = flat[:elements]
+        return ops.cast(ops.reshape(flat, shape), dtype)
