@@ -33,6 +33,7 @@ VARIANTS = {
     "int4": {"compress": True, "op_compress": [{"op_name": MLP, "method": "int4", "layers": True}]},
     "int2": {"compress": True, "op_compress": [{"op_name": MLP, "method": "int2", "layers": True}]},
 }
+SELECTED = list(VARIANTS)
 PEAK = re.compile(r"DumpDynamicMemPoolStateInfo\].*?peak used mem:(\d+)M")
 
 
@@ -83,6 +84,8 @@ def _slug(name: str) -> str:
 def memory_table(config: Path, steps: int, work: Path) -> dict[str, dict]:
     results = {}
     for name, section in VARIANTS.items():
+        if name not in SELECTED:
+            continue
         path = variant_yaml(config, section, work / f"{_slug(name)}.yaml")
         results[name] = run_variant(path, steps, work, name)
         results[name]["estimate_mb"] = estimated_peak_mb(path)
@@ -134,6 +137,8 @@ def bytes_table() -> None:
 def loss_curves(config: Path, steps: int, work: Path, png: Path) -> None:
     curves = {}
     for name, section in VARIANTS.items():
+        if name not in SELECTED:
+            continue
         path = variant_yaml(config, section, work / f"curve_{_slug(name)}.yaml")
         curves[name] = run_variant(path, steps, work, f"curve {name}")["losses"]
     base = curves["baseline"]
@@ -187,7 +192,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--curve-steps", type=int, default=200)
     parser.add_argument("--png", type=Path, default=REPO / "benchmarks" / "compress_loss.png")
     parser.add_argument("--only", choices=("memory", "bytes", "curves"))
+    parser.add_argument("--pattern", default=MLP, help=f"op_name of the quantised variants (default {MLP})")
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS),
+                        help="variants to run (the baseline always runs)")
     options = parser.parse_args(args)
+    for section in VARIANTS.values():
+        for entry in (section or {}).get("op_compress", []):
+            entry["op_name"] = options.pattern
+    SELECTED[:] = ["baseline", *(name for name in options.variants if name != "baseline")]
     with tempfile.TemporaryDirectory(prefix="mf_memopt_compress_") as tmp:
         if options.only in (None, "bytes"):
             bytes_table()

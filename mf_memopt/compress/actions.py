@@ -26,9 +26,9 @@ from ..match import resolve
 from ..plan import CompressUse
 
 SHARED_INPUT = {"w1": ("w3",), "w3": ("w1",)}     # Llama MLP: both read ffn_norm's output
-LOSSLESS_NOTE = ("no lossless transform saves memory for {path}: its input is not kept in a wider type than "
-                 "it was computed in, nor can it be rebuilt from tensors the backward keeps anyway "
-                 "(lossless applies to feed_forward.w2 of a Llama MLP); it is left uncompressed")
+LOSSLESS_NOTE = ("no lossless transform saves memory for {path}: its input can be rebuilt exactly only where it is "
+                 "the product of two tensors the backward keeps anyway, which is true of feed_forward.w2 of a Llama "
+                 "MLP alone (see docs/compression.md); it is left uncompressed")
 
 
 @dataclass(slots=True)

@@ -21,8 +21,16 @@ from mindspore.ops import operations as P
 from .codec import GroupCodec
 
 
+BLOCK_ELEMENTS = 2 ** 18   # rows are compressed and restored in blocks of at most this many elements (1 MiB fp32)
+
+
 class QuantisedMatMul(nn.Cell):
-    """y = x @ w.T; the backward keeps x as per-group integers (the forward is exact)."""
+    """y = x @ w.T; the backward keeps x as per-group integers (the forward is exact).
+
+    x is compressed in blocks of rows (BLOCK_ELEMENTS elements at most), one after the other, and the weight gradient
+    is summed over the same blocks, so neither pass ever holds a float32 copy of more than
+    one block besides the tensors the uncompressed graph holds anyway.
+    """
 
     def __init__(self, codec: GroupCodec, dtype):
         super().__init__()
@@ -32,17 +40,32 @@ class QuantisedMatMul(nn.Cell):
         self.grad_weight = P.MatMul(transpose_a=True)
 
     def construct(self, x, weight):
-        packed, low, scale = self.codec.compress(x)
-        return self.matmul(x, weight), packed, low, scale
+        y = self.matmul(x, weight)
+        parts = ()
+        for start, stop in _blocks(x.shape[0], x.shape[1]):
+            block = x[start:stop]
+            if parts:  # one block at a time: its float32 temporaries are freed before the next starts
+                block = ops.depend(block, parts[-3])
+            parts = parts + self.codec.compress(block)
+        return (y,) + parts
 
     def bprop(self, x, weight, out, dout):
         grad = dout[0]
-        packed = ops.depend(out[1], grad)
-        low = ops.depend(out[2], grad)
-        scale = ops.depend(out[3], grad)
-        rows = grad.shape[0]
-        restored = self.codec.decompress(packed, low, scale, (rows, weight.shape[1]), self.dtype)
-        return self.grad_input(grad, weight), self.grad_weight(grad, restored)
+        grad_weight = None
+        for index, (start, stop) in enumerate(_blocks(grad.shape[0], weight.shape[1])):
+            late = grad if grad_weight is None else grad_weight
+            packed = ops.depend(out[1 + 3 * index], late)
+            low = ops.depend(out[2 + 3 * index], late)
+            scale = ops.depend(out[3 + 3 * index], late)
+            restored = self.codec.decompress(packed, low, scale, (stop - start, weight.shape[1]), self.dtype)
+            part = self.grad_weight(grad[start:stop], restored)
+            grad_weight = part if grad_weight is None else grad_weight + part
+        return self.grad_input(grad, weight), grad_weight
+
+
+def _blocks(rows: int, columns: int) -> list[tuple[int, int]]:
+    step = BLOCK_ELEMENTS // columns if BLOCK_ELEMENTS > columns else 1
+    return [(start, start + step if start + step < rows else rows) for start in range(0, rows, step)]
 
 
 class CompressedLinear(nn.Cell):

@@ -17,7 +17,6 @@ from mindspore import nn, ops
 
 _F16_TINY = 6.2e-5              # smallest normal float16: a zero-range group gets this scale
 _F16_MARGIN = 2.0 ** -9         # > float16 rounding error (2**-11 relative)
-CHUNKS = 8                      # the float32 working set of quantisation is 1/CHUNKS of the tensor
 
 
 class GroupCodec(nn.Cell):
@@ -40,21 +39,9 @@ class GroupCodec(nn.Cell):
         if groups * self.group_size > elements:
             flat = ops.concat((flat, ops.zeros((groups * self.group_size - elements,), ms.float32)))
         grouped = ops.reshape(flat, (groups, self.group_size))
-        step = (groups + CHUNKS - 1) // CHUNKS
-        packs, lows, scales = [], [], []
-        for start in range(0, groups, step):
-            part = grouped[start:min(start + step, groups)]
-            if packs:  # one chunk at a time: its float32 temporaries are freed before the next one starts
-                part = ops.depend(part, packs[-1])
-            packed, low, scale = self._compress_part(part)
-            packs.append(packed)
-            lows.append(low)
-            scales.append(scale)
-        if len(packs) == 1:
-            return packs[0], lows[0], scales[0]
-        return ops.concat(packs), ops.concat(lows), ops.concat(scales)
+        return self._compress_groups(grouped)
 
-    def _compress_part(self, grouped):
+    def _compress_groups(self, grouped):
         groups = grouped.shape[0]
         low = ops.min(grouped, axis=1, keepdims=True)[0]
         high = ops.max(grouped, axis=1, keepdims=True)[0]
