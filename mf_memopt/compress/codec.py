@@ -17,6 +17,7 @@ from mindspore import nn, ops
 
 _F16_TINY = 6.2e-5              # smallest normal float16: a zero-range group gets this scale
 _F16_MARGIN = 2.0 ** -9         # > float16 rounding error (2**-11 relative)
+BLOCK_ELEMENTS = 2 ** 18        # quantised in blocks of this many elements: a bounded float32 working set
 
 
 class GroupCodec(nn.Cell):
@@ -39,7 +40,19 @@ class GroupCodec(nn.Cell):
         if groups * self.group_size > elements:
             flat = ops.concat((flat, ops.zeros((groups * self.group_size - elements,), ms.float32)))
         grouped = ops.reshape(flat, (groups, self.group_size))
-        return self._compress_groups(grouped)
+        step = BLOCK_ELEMENTS // self.group_size
+        if groups <= step:
+            return self._compress_groups(grouped)
+        packs, lows, scales = [], [], []
+        for start in range(0, groups, step):
+            block = grouped[start:start + step]
+            if packs:  # one block at a time: its float32 temporaries are freed before the next one starts
+                block = ops.depend(block, packs[-1])
+            packed, low, scale = self._compress_groups(block)
+            packs.append(packed)
+            lows.append(low)
+            scales.append(scale)
+        return ops.concat(packs), ops.concat(lows), ops.concat(scales)
 
     def _compress_groups(self, grouped):
         groups = grouped.shape[0]
