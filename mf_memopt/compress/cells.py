@@ -14,13 +14,12 @@ pattern that matched the original still matches.
 
 from __future__ import annotations
 
-import math
-
 import mindspore as ms
 from mindspore import nn, ops
 from mindspore.ops import operations as P
 
-from .codec import BLOCK_ELEMENTS, GroupCodec
+from .codec import GroupCodec
+from .codec_shape import restore_block_rows
 
 
 class QuantisedMatMul(nn.Cell):
@@ -63,12 +62,6 @@ class QuantisedMatMul(nn.Cell):
             grad_weight = part if grad_weight is None else grad_weight + part
         return (self.grad_input(dout, weight), grad_weight, ops.zeros_like(packed), ops.zeros_like(low),
                 ops.zeros_like(scale))
-
-
-def restore_block_rows(columns: int, group_size: int) -> int:
-    """Rows per restored block: about BLOCK_ELEMENTS elements, and whole groups (blocks start on a group)."""
-    align = group_size // math.gcd(columns, group_size)
-    return max(align, BLOCK_ELEMENTS // columns // align * align)
 
 
 class CompressedLinear(nn.Cell):

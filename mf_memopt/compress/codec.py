@@ -15,9 +15,10 @@ import math
 import mindspore as ms
 from mindspore import nn, ops
 
+from .codec_shape import BLOCK_ELEMENTS
+
 _F16_TINY = 6.2e-5              # smallest normal float16: a zero-range group gets this scale
 _F16_MARGIN = 2.0 ** -9         # > float16 rounding error (2**-11 relative)
-BLOCK_ELEMENTS = 2 ** 18        # quantised in blocks of this many elements: a bounded float32 working set
 
 
 class GroupCodec(nn.Cell):

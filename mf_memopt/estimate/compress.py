@@ -11,6 +11,14 @@ every backward reader reads a compressed copy, so:
   MLP, and each keeps its own compressed copy;
 * other cells are not modelled (a note says so).
 
+The backward of a compressed cell holds more than the uncompressed one for a moment: a
+restored block of rows with its conversion temporaries (about 12 bytes per element of a
+block of at most 2^18 elements) and, when the input spans several blocks, two partial
+weight gradients; the lossless w2 rebuilds its whole input. The largest of these in a layer
+is added to that layer's backward working set (`backward_extra`): the peak of the CPU
+runtime is reached at the end of the forward pass or in the backward of the last layer,
+which hold almost the same tensors.
+
 Work: quantising costs about 12 element-wise operations per element in the forward pass
 and 6 in the backward (decompression); lossless costs one multiplication per element.
 """
@@ -19,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..compress.codec_shape import restore_block_rows
 from ..compress.methods import stored_bytes
 from ..patterns import compile_pattern
 from ..plan import CompressUse, LayerPlan
@@ -29,9 +38,10 @@ from .inventory import FP32
 FREES = {"feed_forward.w2": "SiLU(w1) * w3 (input of w2)", "feed_forward.w1": "normalised input of w1/w3",
          "feed_forward.w3": "normalised input of w1/w3"}
 QUANTISE_OPS, DEQUANTISE_OPS = 12, 6
+RESTORE_BYTES_PER_ELEMENT = 12   # restored float32 block + int32 levels + float32 temporary
 
 
-def compress_effect(plan: LayerPlan, effect: LayerEffect, element_bytes: int = FP32) -> LayerEffect:
+def compress_effect(plan: LayerPlan, effect: LayerEffect, element_bytes: int = FP32, model=None) -> LayerEffect:
     if not plan.op_compress:
         return effect
     by_cell = _cells(plan.op_compress)
@@ -53,7 +63,20 @@ def compress_effect(plan: LayerPlan, effect: LayerEffect, element_bytes: int = F
         notes.append(f"compression of {', '.join(unmodelled)} is not modelled: counted as saving nothing")
     if work:
         notes.append(f"compression work: about {work / 1e6:.1f} M element operations per layer and step")
-    return replace(effect, tensors=tuple(tensors), notes=tuple(notes))
+    extra = max((_backward_extra(cell, use, model, element_bytes) for cell, use in by_cell.items()), default=0) \
+        if model is not None else 0
+    return replace(effect, tensors=tuple(tensors), notes=tuple(notes), backward_extra=extra)
+
+
+def _backward_extra(cell: str, use: CompressUse, model, element_bytes: int) -> int:
+    """Bytes the backward of one compressed cell holds beyond what the uncompressed backward holds."""
+    columns, outputs = (model.ffn, model.hidden) if cell == "feed_forward.w2" else (model.hidden, model.ffn)
+    rows = model.batch * model.seq
+    if use.method == "lossless":
+        return element_bytes * rows * columns if cell == "feed_forward.w2" else 0
+    block = min(rows, restore_block_rows(columns, use.group_size)) * columns
+    partials = 2 * FP32 * columns * outputs if block < rows * columns else 0
+    return RESTORE_BYTES_PER_ELEMENT * block + partials
 
 
 def _cells(uses: tuple[CompressUse, ...]) -> dict[str, CompressUse]:

@@ -105,7 +105,7 @@ def _estimate(plan: Plan, model: ModelSpec, parallel: ParallelSpec, optimizer: O
               hardware: Hardware) -> Estimate:
     inventory, ops = layer_inventory(model, parallel, runtime), layer_ops(model, parallel)
     element_bytes = 4 if runtime == "cpu" else model.compute_bytes
-    effects = [compress_effect(layer, layer_effect(layer, inventory, ops), element_bytes) for layer in plan.layers]
+    effects = [compress_effect(layer, layer_effect(layer, inventory, ops), element_bytes, model) for layer in plan.layers]
     forward_flops = sum(op.flops for op in ops)
     layers, stages = [], []
     for stage in range(plan.layout.stages):

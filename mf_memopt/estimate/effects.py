@@ -42,6 +42,7 @@ class LayerEffect:
     tensors: tuple[TensorFate, ...]
     recompute_flops: int
     notes: tuple[str, ...] = ()
+    backward_extra: int = 0          # bytes the layer's backward holds beyond its kept tensors (compression)
 
     def bytes(self, fate: Fate | None = None) -> int:
         return sum(item.saved.nbytes for item in self.tensors if fate is None or item.fate == fate)

@@ -113,7 +113,7 @@ def cpu_pool_peak(model: ModelSpec, effects: list[LayerEffect]) -> StagePeak:
             "gradients so far": e * ((len(effects) - 1 - index) * layer_params + model.vocab * model.hidden
                                      + model.hidden),
             "model-level tensors": e * 2 * dim.bsh_full + tables,
-            "layer working set": effects[index].bytes() + 2 * e * dim.bsf}))
+            "layer working set": effects[index].bytes() + 2 * e * dim.bsf + effects[index].backward_extra}))
     candidates.append(_optimizer_step(model, len(effects)))
     return max(candidates, key=lambda candidate: candidate.peak)
 
