@@ -159,7 +159,9 @@ def test_estimate_keeps_the_stored_bytes_of_the_w2_input(tmp_path, method):
     elements = 2 * 256 * 688          # batch * seq * ffn of the tiny Llama: the input of w2
     for before, after in zip(base.layers, squeezed.layers):
         assert before.effect.bytes() - after.effect.bytes() == 4 * elements - stored_bytes(method, elements)
-    assert squeezed.stages[0].peak.peak < base.stages[0].peak.peak
+    # the backward holds more for a moment: a restored block of rows (or, lossless, the rebuilt input)
+    assert [layer.effect.backward_extra for layer in squeezed.layers] == [
+        4 * elements if method == "lossless" else 12 * 368 * 688 + 2 * 4 * 688 * 256] * 4
 
 
 def test_estimate_orders_the_methods_by_their_bits(tmp_path):
