@@ -1,16 +1,26 @@
-"""MindSpore context for a training run: device, graph mode, and data parallelism under msrun."""
+"""MindSpore context for a training run, set by MindFormers' own build_context.
+
+Before MindFormers sees the config, what the machine cannot do is settled and said once:
+a `device_target` this MindSpore cannot use falls back to CPU; Ascend-only context keys are
+dropped off Ascend; `--use_parallel True` on CPU gets data parallelism (`parallel.parallel_mode: 0`,
+gradients averaged) when the YAML does not name a mode, because semi-auto and auto parallel do
+not run on CPU.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 from .logs import LOGGER
 
 # Applied on every backend; everything else in `context:` is passed through on Ascend only.
-PORTABLE_KEYS = ("mode", "max_call_depth", "jit_config", "memory_optimize_level")
-IGNORED_KEYS = ("device_target", "device_id")
+PORTABLE_KEYS = ("mode", "max_call_depth", "jit_config", "memory_optimize_level", "device_target", "device_id",
+                 "save_graphs", "save_graphs_path")
+CPU_DATA_PARALLEL = {"parallel_mode": 0, "gradients_mean": True, "full_batch": False,
+                     "enable_parallel_optimizer": False}
 
 
 @dataclass(frozen=True)
@@ -20,19 +30,32 @@ class RunContext:
     world_size: int = 1
 
 
-def setup_context(section: dict[str, Any] | None, *, use_parallel: bool) -> RunContext:
-    import mindspore as ms
+def setup_context(config: Any, *, use_parallel: bool, written: Collection[str] = ()) -> RunContext:
+    """Settle device and parallel settings in `config` (a MindFormerConfig), then build_context.
 
-    section = dict(section or {})
-    device = _device_target(ms, section.get("device_target", "CPU"))
-    ms.set_context(device_target=device, **{key: section[key] for key in PORTABLE_KEYS if key in section})
-    others = {key: value for key, value in section.items() if key not in (*PORTABLE_KEYS, *IGNORED_KEYS)}
-    if device == "Ascend":
-        ms.set_context(**others)
-    elif others:
-        LOGGER.warning(f"context keys {', '.join(sorted(others))} only apply on Ascend: not set on {device}")
-    ms.set_seed(0)
-    return _distributed(ms, device) if use_parallel else RunContext(device_target=device)
+    `written` names the context keys the YAML itself has (MindFormerConfig adds template defaults,
+    such as max_device_memory, that are dropped off Ascend without a word)."""
+    import mindspore as ms
+    from mindformers import build_context
+
+    if config.context is None:
+        config.context = {}
+    device = _device_target(ms, config.context.get("device_target", "CPU"))
+    config.context.device_target = device
+    if device != "Ascend":
+        _drop_ascend_keys(config.context, device, written)
+    config.use_parallel = use_parallel
+    if use_parallel:
+        _require_launcher()
+        if device == "CPU":
+            _cpu_data_parallel(config)
+    context = build_context(config)
+    ms.set_seed(int(config.seed or 0))
+    run = RunContext(device_target=device, rank=context.rank_id, world_size=context.device_num)
+    if use_parallel:
+        mode = ms.get_auto_parallel_context("parallel_mode")
+        LOGGER.info(f"{mode.replace('_', ' ')} training: rank {run.rank} of {run.world_size} on {device}")
+    return run
 
 
 def _device_target(ms: Any, wanted: str) -> str:
@@ -45,17 +68,27 @@ def _device_target(ms: Any, wanted: str) -> str:
     return wanted
 
 
-def _distributed(ms: Any, device: str) -> RunContext:
-    from mindspore.communication import get_group_size, get_rank, init
+def _drop_ascend_keys(section: Any, device: str, written: Collection[str]) -> None:
+    dropped = sorted(key for key in section if key not in PORTABLE_KEYS)
+    for key in dropped:
+        del section[key]
+    others = [key for key in dropped if key in written]
+    if others:
+        LOGGER.warning(f"context keys {', '.join(others)} only apply on Ascend: not set on {device}")
 
+
+def _require_launcher() -> None:
     if "MS_ROLE" not in os.environ and "RANK_TABLE_FILE" not in os.environ:
         raise SystemExit("--use_parallel True needs a distributed launcher: run it through "
                          "scripts/msrun_launcher.sh (or msrun)")
-    init()
-    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
-    context = RunContext(device_target=device, rank=get_rank(), world_size=get_group_size())
-    LOGGER.info(f"data parallel training: rank {context.rank} of {context.world_size} on {device}")
-    return context
+
+
+def _cpu_data_parallel(config: Any) -> None:
+    parallel = config.parallel or {}
+    if parallel.get("parallel_mode") is None:
+        config.parallel = {**parallel, **CPU_DATA_PARALLEL}
+        LOGGER.info("parallel.parallel_mode is not set: data parallel on CPU (semi-auto and auto parallel need "
+                    "Ascend or GPU)")
 
 
 def lazy_inline_policy(swap: bool, pipeline_stages: int, device: str) -> None:

@@ -1,70 +1,124 @@
-"""Everything before the first training step: plan, context, model, applied plan.
+"""Everything before the first training step: plan, checks, context, model, applied plan.
 
-Shared by the training launcher and by `verify`, which compiles the same training graph
+Shared by the training launcher and by `verify`, which compiles the same training step
 without running it.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .apply import ApplyReport, apply_plan
 from .config import plan_source
 from .context import RunContext, lazy_inline_policy, setup_context
+from .data import GENERATED, ensure_dataset
+from .errors import raise_if_errors
 from .logs import LOGGER
 from .model import BuiltModel, build_model, read_config
 from .plan import Plan
-from .source import load_source
-from .train import batches, build_optimizer, synthetic_tokens
+from .source import Source, load_source
+from .training_config import training_issues
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Overrides:
+    """Command-line values that replace the YAML's (None: keep the YAML's)."""
+
+    use_parallel: bool | None = None
+    output_dir: str | None = None
+    load_checkpoint: str | None = None
+    resume_training: bool | str | None = None
+    train_dataset_dir: str | None = None
+    device_id: int | None = None
+    seed: int | None = None
+    epochs: int | None = None
 
 
 @dataclass
 class Session:
     plan: Plan
-    config: Any                     # MindFormerConfig
+    source: Source
+    config: Any                     # MindFormerConfig, as the Trainer will read it
     run: RunContext
     built: BuiltModel
     report: ApplyReport
+    generated: list[Path] = field(default_factory=list)
 
     @property
     def network(self) -> Any:
         return self.built.network
 
-    def optimizer(self) -> Any:
-        return build_optimizer(self.config.optimizer, self.network.trainable_params())
 
-    def data(self):
-        """This rank's batches of generated tokens (train_dataset.data_loader: SyntheticTokenDataset)."""
-        model_config = self.config.model.model_config
-        loader = (self.config.train_dataset or {}).get("data_loader") or {}
-        if loader.get("type") != "SyntheticTokenDataset":
-            LOGGER.warning(f"train_dataset ({loader.get('type')}) is not read: the launcher trains on generated "
-                           "tokens")
-        samples = synthetic_tokens(int(loader.get("num_samples", 32)), model_config.seq_length,
-                                   model_config.vocab_size, int(loader.get("seed", 0)))
-        return batches(samples, model_config.batch_size, self.run.rank, self.run.world_size)
-
-
-def prepare(config_path: str | Path, *, strict: bool = False, use_parallel: bool | None = None) -> Session:
-    """Validate and plan the YAML, set the context, build the model and apply the plan."""
-    source = load_source(config_path)
+def check(source: Source, *, strict: bool = False, overrides: Overrides = Overrides()) -> Plan:
+    """Validate and plan the YAML, and check the training sections; raises one ConfigError."""
     plan = plan_source(source, strict=strict)
     if plan.layout.stages > 1:
-        raise SystemExit(f"{config_path}: pipeline_stage is {plan.layout.stages}; the launcher trains with data "
+        raise SystemExit(f"{source.file}: pipeline_stage is {plan.layout.stages}; the launcher trains with data "
                          "parallelism only (plan pipeline configs with `python -m mf_memopt plan`)")
-    if use_parallel is None:
-        use_parallel = bool(source.get(("use_parallel",), False))
+    raise_if_errors(training_issues(source, device_target=_device_written(source), use_parallel=_parallel(
+        source, overrides), dataset_dir=overrides.train_dataset_dir))
+    return plan
+
+
+def prepare(config_path: str | Path, *, strict: bool = False, overrides: Overrides = Overrides(),
+            plan: Plan | None = None) -> Session:
+    """Check the YAML, set the context, build the model with MindFormers' own handling off, apply the plan."""
+    source = load_source(config_path)
+    plan = plan or check(source, strict=strict, overrides=overrides)
+    use_parallel = _parallel(source, overrides)
     workers = int(os.environ.get("MS_WORKER_NUM", "1"))
     if workers > 1 and not use_parallel:
         LOGGER.warning(f"{workers} workers train the same model independently because use_parallel is False; "
                        "pass --use_parallel True for data-parallel training")
-    # The context as written: MindFormerConfig adds template defaults (max_device_memory, ...).
-    run = setup_context(source.get(("context",)), use_parallel=use_parallel)
-    lazy_inline_policy(plan.swap, plan.layout.stages, run.device_target)
+    generated = ensure_dataset(source, overrides.train_dataset_dir)
+    if generated is not None:
+        LOGGER.info(f"generated the token file {generated} ({GENERATED[0]} of {source.file})")
     config = read_config(config_path)
+    _apply_overrides(config, overrides)
+    config.pop(GENERATED[0], None)
+    run = setup_context(config, use_parallel=use_parallel, written=list(source.get(("context",)) or {}))
+    lazy_inline_policy(plan.swap, plan.layout.stages, run.device_target)
     built = build_model(config, device_target=run.device_target)
     report = apply_plan(plan, built.network, device_target=run.device_target)
-    return Session(plan=plan, config=config, run=run, built=built, report=report)
+    return Session(plan=plan, source=source, config=config, run=run, built=built, report=report,
+                   generated=[generated] if generated else [])
+
+
+def _parallel(source: Source, overrides: Overrides) -> bool:
+    if overrides.use_parallel is not None:
+        return overrides.use_parallel
+    return bool(source.get(("use_parallel",), False))
+
+
+def _device_written(source: Source) -> str:
+    """The device the run will use as far as the YAML says (setup_context may still fall back to CPU)."""
+    import mindspore as ms
+
+    wanted = source.get(("context", "device_target"), "CPU")
+    try:
+        ms.set_context(device_target=wanted)
+    except (RuntimeError, ValueError, TypeError):
+        return "CPU"
+    return wanted
+
+
+def _apply_overrides(config: Any, overrides: Overrides) -> None:
+    if overrides.output_dir is not None:
+        config.output_dir = overrides.output_dir
+    if overrides.load_checkpoint is not None:
+        config.load_checkpoint = overrides.load_checkpoint
+    if overrides.resume_training is not None:
+        config.resume_training = overrides.resume_training
+    if overrides.train_dataset_dir is not None:
+        config.train_dataset.data_loader.dataset_dir = overrides.train_dataset_dir
+        if config.train_dataset_task and config.train_dataset_task.dataset_config:
+            config.train_dataset_task.dataset_config.data_loader.dataset_dir = overrides.train_dataset_dir
+    if overrides.device_id is not None:
+        config.context.device_id = overrides.device_id
+    if overrides.seed is not None:
+        config.seed = overrides.seed
+    if overrides.epochs is not None:
+        config.runner_config.epochs = overrides.epochs

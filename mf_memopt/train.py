@@ -1,79 +1,94 @@
-"""A short training run on generated tokens: loss and step time per step.
+"""Train the prepared model with MindFormers' own Trainer and the user's training sections.
 
-The data needs no download: a fixed random permutation of the vocabulary gives every
-token its successor, and each sample follows it from a random first token. The next token
-is thus predictable from the current one, and the loss visibly falls within a few steps.
+`Trainer(args=config, model=network).train()` trains exactly the network object it is given
+(a PreTrainedModel is not rebuilt unless `reset_model` is set), so mf_memopt's marks stay. The
+Trainer reads the YAML's dataset, optimizer, lr schedule, wrapper, callbacks, checkpoint and
+resume settings. What it lacks on CPU is filled in here and said once in the log:
+- `runner_wrapper: MFTrainOneStepCell` becomes CPUTrainOneStepCell (cpu_wrapper.py);
+- `--train_steps N` stops after N steps (MindFormers' own `runner_config.stop_step` is not
+  wired to any callback in 1.9), and the checkpoint callback still saves the last step.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
+from . import interrupt
 from .logs import LOGGER
+from .quiet import hidden_summary
 
 
-@dataclass(frozen=True)
-class StepRecord:
-    step: int
-    loss: float
-    milliseconds: float
+@dataclass
+class Progress:
+    """What a run did, for the summary line and for an interrupted run's message."""
+
+    step: int = 0
+    losses: list[float] = field(default_factory=list)
+    began: float = field(default_factory=time.perf_counter)
+    finished: bool = False
 
 
-def synthetic_tokens(num_samples: int, seq_length: int, vocab_size: int, seed: int) -> np.ndarray:
-    """`num_samples` sequences of `seq_length + 1` ids in 1..vocab-1 (0 is padding)."""
-    rng = np.random.default_rng(seed)
-    successor = np.zeros(vocab_size, dtype=np.int64)
-    successor[1:] = rng.permutation(np.arange(1, vocab_size))
-    tokens = np.empty((num_samples, seq_length + 1), dtype=np.int64)
-    tokens[:, 0] = rng.integers(1, vocab_size, size=num_samples)
-    for position in range(1, seq_length + 1):
-        tokens[:, position] = successor[tokens[:, position - 1]]
-    return tokens.astype(np.int32)
+def use_cpu_wrapper(config: Any) -> None:
+    """On CPU, MindFormers' MFTrainOneStepCell becomes CPUTrainOneStepCell (same arguments)."""
+    from .cpu_wrapper import CPU_WRAPPER, REPLACES
+
+    if config.runner_wrapper is None:
+        from mindformers.tools.register import MindFormerConfig
+
+        config.runner_wrapper = MindFormerConfig(type=REPLACES, scale_sense=1.0)
+    if config.runner_wrapper.type == REPLACES:
+        config.runner_wrapper.type = CPU_WRAPPER
+        LOGGER.info(f"runner_wrapper {REPLACES} runs on CPU as {CPU_WRAPPER}: the overflow check uses IsFinite "
+                    "(NPUGetFloatStatusV2 has no CPU kernel), and an overflowing step applies zero gradients "
+                    "instead of branching around the optimizer, so that recompute keeps saving memory")
 
 
-def batches(samples: np.ndarray, batch_size: int, rank: int, world_size: int):
-    """Endless batches of this rank's share of the samples (data parallelism splits them)."""
-    mine = samples[rank::world_size]
-    if len(mine) < batch_size:
-        raise ValueError(f"rank {rank} has {len(mine)} samples for a batch of {batch_size}: raise num_samples")
-    while True:
-        for start in range(0, len(mine) - batch_size + 1, batch_size):
-            yield mine[start:start + batch_size]
+def progress_callback(progress: Progress, cap: int | None) -> Any:
+    from mindspore.train.callback import Callback
+
+    class _Progress(Callback):
+        """Records losses, stops after `cap` steps, and says once what MindFormers' noise was."""
+
+        def on_train_begin(self, run_context):
+            interrupt.install()
+            summary = hidden_summary()
+            if summary:
+                LOGGER.info(summary)
+
+        def on_train_step_begin(self, run_context):
+            interrupt.install()
+
+        def on_train_step_end(self, run_context):
+            params = run_context.original_args()
+            progress.step = int(params.cur_step_num)
+            outputs = params.net_outputs
+            loss = outputs[0] if isinstance(outputs, (tuple, list)) else outputs
+            if loss is not None:
+                progress.losses.append(float(loss.asnumpy().reshape(-1)[0]))
+            if cap is not None and progress.step >= cap:
+                run_context.request_stop()
+
+    return _Progress()
 
 
-def build_optimizer(section: dict[str, Any] | None, params: list) -> Any:
-    from mindspore import nn
+def train(network: Any, config: Any, *, device_target: str, steps: int | None = None,
+          progress: Progress | None = None, compile_only: bool = False) -> Progress:
+    """Run MindFormers' Trainer on `network` with `config` (a MindFormerConfig).
 
-    section = dict(section or {})
-    kind = section.pop("type", "AdamW")
-    learning_rate = float(section.get("learning_rate", 1e-3))
-    if kind in ("AdamW", "AdamWeightDecay", "FusedAdamWeightDecay"):
-        beta1, beta2 = section.get("betas", (0.9, 0.999))
-        return nn.AdamWeightDecay(params, learning_rate=learning_rate, beta1=beta1, beta2=beta2,
-                                  eps=float(section.get("eps", 1e-8)),
-                                  weight_decay=float(section.get("weight_decay", 0.0)))
-    if kind == "SGD":
-        return nn.SGD(params, learning_rate=learning_rate)
-    raise ValueError(f"optimizer.type {kind} is not supported by the CPU launcher: use AdamW or SGD")
+    `compile_only` (for `verify`, under MS_DEV_PRECOMPILE_ONLY=1) runs one step without the
+    YAML's callbacks, which expect real outputs: MindSpore compiles the step and returns None.
+    """
+    from mindformers import Trainer
 
-
-def train(network: Any, optimizer: Any, data, steps: int) -> list[StepRecord]:
-    import mindspore as ms
-    from mindspore import nn
-
-    step_cell = nn.TrainOneStepCell(network, optimizer)
-    step_cell.set_train(True)
-    records = []
-    for step in range(steps):
-        batch = ms.Tensor(next(data))
-        began = time.perf_counter()
-        loss = float(step_cell(batch).asnumpy().reshape(-1)[0])
-        record = StepRecord(step=step, loss=loss, milliseconds=(time.perf_counter() - began) * 1000)
-        note = " (includes graph compilation)" if step == 0 else ""
-        LOGGER.info(f"step {step + 1}/{steps}: loss {loss:.4f}, step time {record.milliseconds:.1f} ms{note}")
-        records.append(record)
-    return records
+    progress = progress or Progress()
+    if device_target != "Ascend":
+        use_cpu_wrapper(config)
+    if compile_only:
+        config.callbacks = []
+        steps = 1
+    trainer = Trainer(args=config, model=network, callbacks=[progress_callback(progress, steps)])
+    trainer.train()
+    progress.finished = True
+    return progress

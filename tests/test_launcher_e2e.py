@@ -1,4 +1,5 @@
-"""run_mindformer_memopt.py on real MindFormers models: what a user runs, sees and greps."""
+"""run_mindformer_memopt.py on real MindFormers models, trained by MindFormers' Trainer on a generated
+MindRecord file: what a user runs, sees, greps and finds in the output directory."""
 
 from __future__ import annotations
 
@@ -11,25 +12,35 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytestmark = pytest.mark.mindspore
 
 ROOT = Path(__file__).resolve().parents[1]
-LOSS = re.compile(r"- INFO - step (\d+)/\d+: loss ([\d.]+), step time ([\d.]+) ms")
+WORK = ROOT / "output" / "tests" / "launcher"
+# MindFormers' MFLossMonitor line: "{ Epoch:[  1/  1], step:[    3/   16], loss:[5.418386/5.512039], ..."
+LOSS = re.compile(r"step:\[\s*(\d+)/\s*(\d+)\], loss:\[([\d.]+)/")
+PEAK = re.compile(r"DumpDynamicMemPoolStateInfo\].*?peak used mem:(\d+)M")
+POOL_LOG = {"GLOG_v": "2", "MS_SUBMODULE_LOG_v": "{PRE_ACT:1}"}
 
 
-def _launch(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    env = {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, str(ROOT / "run_mindformer_memopt.py"), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
+def _launch(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([sys.executable, str(ROOT / "run_mindformer_memopt.py"), *args], cwd=cwd,
+                          env=environment, capture_output=True, text=True, timeout=600)
+
+
+def _tokens(config: str) -> str:
+    return str(WORK / "data" / f"{Path(config).stem}.mindrecord")
 
 
 @cache
-def _trained(config: str, steps: int = 3) -> tuple[subprocess.CompletedProcess, Path]:
-    output = ROOT / "output" / "tests" / Path(config).stem
-    done = _launch("--config", config, "--run_mode", "train", "--train_steps", str(steps), "--output_dir",
-                   str(output))
-    assert done.returncode == 0, done.stderr[-3000:]
+def _trained(config: str, steps: int | None = 3, pool: bool = False) -> tuple[subprocess.CompletedProcess, Path]:
+    output = WORK / f"{Path(config).stem}-{steps}"
+    cap = ("--train_steps", str(steps)) if steps else ()
+    done = _launch("--config", config, "--run_mode", "train", *cap, "--output_dir", str(output), "--force",
+                   "--train_dataset_dir", _tokens(config), env=POOL_LOG if pool else None)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done, output
 
 
@@ -38,23 +49,58 @@ def _messages(done: subprocess.CompletedProcess, start: str) -> list[str]:
             if " - INFO - " in line and line.split(" - INFO - ", 1)[1].startswith(start)]
 
 
-def _losses(done: subprocess.CompletedProcess) -> list[float]:
-    return [float(match.group(2)) for match in LOSS.finditer(done.stdout)]
+def _losses(done: subprocess.CompletedProcess) -> dict[int, float]:
+    return {int(match.group(1)): float(match.group(3)) for match in LOSS.finditer(done.stdout)}
 
 
-def test_default_config_trains_and_logs_what_was_set():
-    done, output = _trained("configs/llama_tiny.yaml", steps=8)
+def _peak(done: subprocess.CompletedProcess) -> int:
+    peaks = PEAK.findall(done.stdout + done.stderr)
+    assert peaks, "MindSpore printed no memory-pool peak"
+    return int(peaks[-1])
+
+
+def test_default_config_trains_its_dataset_and_writes_checkpoints():
+    done, output = _trained("configs/llama_tiny.yaml", steps=None, pool=True)
     assert _messages(done, "Set ") == [f"Set select recompute at layer {index}: feed_forward" for index in range(4)]
     assert _messages(done, "Formative") == [
         "Formative layer_recompute: [[0]]", "Formative select_recompute: {'feed_forward': [[4]]}",
         "Formative select_comm_recompute: {'.*\\.norm': [[0]]}", "Formative select_recompute_exclude: {}",
         "Formative select_comm_recompute_exclude: {}"]
     losses = _losses(done)
-    assert len(losses) == 8 and losses[-1] < losses[0] - 0.3
+    assert sorted(losses) == list(range(1, 17))          # 32 samples, batch 2: the dataset's 16 steps
+    assert losses[16] < losses[1] - 0.5
+    checkpoints = sorted(path.name for path in (output / "checkpoint" / "rank_0").glob("*.ckpt"))
+    assert checkpoints == ["llama_tiny_rank_0-1_16.ckpt", "llama_tiny_rank_0-1_8.ckpt"]
+    assert (output / "log" / "rank_0" / "info.log").exists()
     report = json.loads((output / "apply_report.json").read_text())
     assert [(entry["layer"], entry["path"], entry["set"]) for entry in report["set"]] == \
         [(index, "feed_forward", {"recompute_cell": {}}) for index in range(4)]
-    assert "mf_memopt[rank 0][" in done.stdout
+    assert "runner_wrapper MFTrainOneStepCell runs on CPU as CPUTrainOneStepCell" in done.stdout
+    assert _messages(done, "training finished after 16 step(s) of this run, loss ")
+
+
+def test_resume_from_a_checkpoint_continues_where_the_run_was():
+    full, output = _trained("configs/llama_tiny.yaml", steps=None, pool=True)
+    resumed = _launch("--config", "configs/llama_tiny.yaml", "--output_dir", str(WORK / "resumed"), "--force",
+                      "--train_dataset_dir", _tokens("configs/llama_tiny.yaml"), "--train_steps", "2",
+                      "--load_checkpoint", str(output / "checkpoint"),
+                      "--resume_training", "llama_tiny_rank_0-1_8.ckpt")
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    losses = _losses(resumed)
+    assert sorted(losses) == [9, 10]                     # the data, step counter and schedule go on from 8
+    assert losses[9] == pytest.approx(_losses(full)[9], abs=1e-4)
+
+
+def test_recompute_lowers_the_pool_peak_on_the_training_path(tmp_path):
+    recomputed, _ = _trained("configs/llama_tiny.yaml", steps=None, pool=True)
+    document = yaml.safe_load((ROOT / "configs/llama_tiny.yaml").read_text())
+    document["recompute_config"]["select_recompute"] = False
+    config = tmp_path / "no_recompute.yaml"
+    config.write_text(yaml.safe_dump(document))
+    plain = _launch("--config", str(config), "--output_dir", str(tmp_path / "out"), "--train_steps", "1",
+                    "--train_dataset_dir", _tokens("configs/llama_tiny.yaml"), env=POOL_LOG)
+    assert plain.returncode == 0, plain.stdout[-3000:] + plain.stderr[-3000:]
+    assert _peak(recomputed) < 0.8 * _peak(plain)
 
 
 SEED_LINES = {
@@ -84,6 +130,7 @@ def test_seed_swap_cases_train_and_print_the_seed_lines(config):
     assert _messages(done, prefix) == expected
     assert "only the Ascend backend moves activations to host memory: on CPU nothing is swapped" in done.stdout
     assert "lazy_inline stays off on CPU" in done.stdout
+    assert sorted(_losses(done)) == [1, 2, 3]
 
 
 def test_default_swap_strategy_runs_on_cpu_with_the_same_numbers():
@@ -91,7 +138,7 @@ def test_default_swap_strategy_runs_on_cpu_with_the_same_numbers():
     plain, _ = _trained("configs/swap_case2_layer_swap.yaml")
     assert "4 flash_attention cells (attention.flash_attention of each layer) were replaced by CPUFlashAttention" \
         in flash.stdout
-    assert _losses(flash) == _losses(plain)  # same weights: flash attention on CPU equals plain attention
+    assert _losses(flash) == _losses(plain)  # same weights and data: flash attention on CPU equals plain attention
 
 
 def test_other_run_modes_are_refused(tmp_path):
@@ -113,7 +160,7 @@ def test_a_pattern_missing_from_the_model_stops_before_anything_is_set(tmp_path)
         "  select_comm_recompute: False", "  select_comm_recompute: True   # .*\\.norm: no such primitive on CPU")
     config = tmp_path / "comm.yaml"
     config.write_text(text)
-    done = _launch("--config", str(config), cwd=tmp_path)
+    done = _launch("--config", str(config), "--output_dir", str(tmp_path / "out"), cwd=tmp_path)
     assert done.returncode == 1
     first = done.stderr.splitlines()[0]
     assert first.startswith(f"{config}:")
@@ -122,7 +169,7 @@ def test_a_pattern_missing_from_the_model_stops_before_anything_is_set(tmp_path)
     assert first.endswith("(the default comm pattern names RmsNorm's fused `norm` operator, which exists only with "
                           "model.model_config.fused_rms_norm: True (not on CPU); name the operators instead, e.g. "
                           "'attention_norm\\.mul2')")
-    assert "Set select" not in done.stdout and "step 1/" not in done.stdout
+    assert "Set select" not in done.stdout and "step:[" not in done.stdout
 
 
 def test_pipeline_configs_are_for_planning_only(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -16,6 +17,7 @@ pytestmark = pytest.mark.mindspore
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "scripts" / "msrun_launcher.sh")
 CASE3 = str(ROOT / "configs" / "swap_case3_op_swap.yaml")
+STEP = re.compile(r"step:\[\s*(\d+)/\s*\d+\], loss:\[")
 
 
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -42,7 +44,8 @@ def workdir(tmp_path):
 
 
 def test_seed_case_3_on_two_workers_logs_the_seed_lines(workdir):
-    done = _run(f"run_mindformer_memopt.py --config {CASE3} --run_mode train --train_steps 2", "2", cwd=workdir)
+    done = _run(f"run_mindformer_memopt.py --config {CASE3} --run_mode train --train_steps 2", "2",
+                str(_free_port()), "output/msrun", "True", "300", cwd=workdir)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for rank in (0, 1):
         assert _info(workdir / "output" / "msrun" / f"worker_{rank}.log", "Set op_swap at layer") == [
@@ -56,16 +59,20 @@ def test_seed_case_3_on_two_workers_logs_the_seed_lines(workdir):
 
 
 def test_data_parallel_training_on_two_workers(workdir):
+    """MindFormers' Trainer shards the generated MindRecord file: 32 samples, batch 2, 2 workers -> 8 steps."""
     logs = workdir / "dp_logs"
     done = _run("run_mindformer_memopt.py --config " + str(ROOT / "configs" / "llama_tiny.yaml") +
-                " --run_mode train --use_parallel True --train_steps 3", "2", str(_free_port()), str(logs), "True",
-                "300", cwd=workdir)
+                " --run_mode train --use_parallel True", "2", str(_free_port()), str(logs), "True", "300",
+                cwd=workdir)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for rank in (0, 1):
         log = logs / f"worker_{rank}.log"
         assert _info(log, "data parallel training") == [f"data parallel training: rank {rank} of 2 on CPU"]
-        assert len(_info(log, "step ")) == 3
+        assert _info(log, "Set select recompute at layer 0") == ["Set select recompute at layer 0: feed_forward"]
+        assert [int(step) for step in STEP.findall(log.read_text())] == list(range(1, 9))
         assert (workdir / "output" / f"apply_report_rank{rank}.json").exists()
+        assert (workdir / "output" / "checkpoint" / f"rank_{rank}" / f"llama_tiny_rank_{rank}-1_8.ckpt").exists()
+    assert (workdir / "output" / "data" / "llama_tiny_tokens.mindrecord").exists()   # written once, by one worker
 
 
 def test_wrong_argument_count_prints_the_usage(workdir):

@@ -1,0 +1,89 @@
+"""MindFormers' training step (MFTrainOneStepCell) made to run on the CPU backend, with recompute intact.
+
+Two things in MFTrainOneStepCell stop it from serving CPU training:
+
+1. Its overflow check has only GPU and Ascend branches; on CPU it compiles NPUGetFloatStatusV2,
+   which has no CPU kernel. Here the check is MindSpore's IsFinite path (all-reduced across
+   data-parallel workers), which every backend runs.
+2. It skips the optimizer on overflow with `if not overflow: optimizer(grads)`, a branch on a
+   tensor. In graph mode that branch splits the step into control-flow subgraphs, and then the
+   recompute copies no longer replace the kept activations: measured on the tiny Llama, full
+   recompute raised the memory-pool peak from 77 to 95 MB with the branch and lowered it to
+   35 MB without it (benchmarks/README.md, "Recompute under MindFormers' training step").
+   Here the step has no branch: on overflow (or, with use_skip_data_by_global_norm, a global norm
+   above the threshold) the gradients are replaced by zeros before the optimizer runs. The
+   parameters then move only by the optimizer's own decay (AdamW's moments and weight decay)
+   instead of not at all, and the step counter advances; the reported overflow flag is the same.
+
+Everything else (loss scaling, clip-grad, schedule-driven learning rate, local norms, outputs)
+is MindFormers' own code, inherited.
+"""
+
+from __future__ import annotations
+
+from mindformers.tools.register import MindFormerModuleType, MindFormerRegister
+from mindformers.wrapper import MFTrainOneStepCell
+from mindspore import ops
+from mindspore.nn.wrap.loss_scale import _ascend_grad_overflow, _grad_scale
+from mindspore.ops import functional as F
+
+CPU_WRAPPER = "CPUTrainOneStepCell"
+REPLACES = "MFTrainOneStepCell"
+
+_zero_if = ops.MultitypeFuncGraph("zero_if")
+
+
+@_zero_if.register("Tensor", "Tensor")
+def _zero_tensor_if(skip, grad):
+    return ops.select(ops.broadcast_to(skip, grad.shape), ops.zeros_like(grad), grad)
+
+
+class CPUTrainOneStepCell(MFTrainOneStepCell):
+    """MFTrainOneStepCell with an IsFinite overflow check and no branch around the optimizer."""
+
+    def get_overflow_status(self, status, compute_output):
+        return self._get_distributed_overflow_status_on_infnan_mode(_ascend_grad_overflow, compute_output)
+
+    def construct(self, *inputs):
+        scaling_sens = self.scale_sense
+        if self.use_legacy:
+            loss, grads, grad_scale_factor = self.grads_for_legacy(scaling_sens, *inputs)
+        else:
+            loss, grads, grad_scale_factor = self.grads_for_mcore(scaling_sens, *inputs)
+        grads = self.hyper_map(F.partial(_grad_scale, scaling_sens * grad_scale_factor), grads)
+        if self.local_norm:
+            local_norm, size = self.localnorm(grads)
+            local_norm = self.concat(local_norm)
+        grads = self.grad_reducer(grads)
+        overflow = self.process_loss_scale(self.get_overflow_status(None, grads))
+        global_norm = None
+        if self.use_clip_grad:
+            grads, global_norm = self.clip_grad_norm(grads)
+        learning_rate = self._current_lr()
+        if self.use_graceful_exit:
+            grads = self.graceful_exit.exit_by_request(grads, self.init_param, self.exit_param)
+        skip = overflow
+        if self.use_skip_data_by_global_norm:
+            skip = ops.logical_or(skip, global_norm >= self.global_norm_spike_threshold)
+        grads = self.hyper_map(F.partial(_zero_if, skip), grads)
+        loss = F.depend(loss, self.optimizer(grads))
+        if self.local_norm:
+            return loss, overflow, scaling_sens, learning_rate, global_norm, local_norm, size
+        return loss, overflow, scaling_sens, learning_rate, global_norm
+
+    def _current_lr(self):
+        learning_rate = self.learning_rate
+        if self.optimizer.dynamic_lr:
+            if self.use_grouped_lr:
+                learning_rate = self.default_lr(self.optimizer.global_step).reshape(())
+                self.default_lr_parameter = learning_rate
+                for group_id, current_lr in enumerate(self.grouped_lr):
+                    self.grouped_lr_parameter[group_id] = current_lr(self.optimizer.global_step).reshape(())
+            elif self.optimizer.is_group_lr:
+                learning_rate = self.learning_rate[-1](self.optimizer.global_step).reshape(())
+            else:
+                learning_rate = self.learning_rate(self.optimizer.global_step).reshape(())
+        return learning_rate
+
+
+MindFormerRegister.register_cls(CPUTrainOneStepCell, MindFormerModuleType.WRAPPER)
