@@ -1,10 +1,11 @@
 """(d) Activation compression: pool peak, step time, bytes per tensor and loss curves per method.
 
 Baseline: the same model and data without compression (and without recompute). Each
-variant is a copy of the YAML whose `compress_config` differs; it is trained in its own
-process through `session.prepare` (the launcher's own model build and `apply_plan`), so the
-memory-pool peak MindSpore prints at exit belongs to that variant alone. Losses are
-recorded as full-precision floats, so "identical" means bit-identical.
+variant is a copy of the YAML whose `compress_config` differs; in its own process,
+`session.prepare` builds the model and applies the plan exactly as the launcher does, and
+`train_session` trains it (TrainOneStepCell, AdamW at a fixed learning rate, the launcher's
+generated tokens), so the memory-pool peak MindSpore prints at exit belongs to that variant
+alone. Losses are recorded as full-precision floats, so "identical" means bit-identical.
 
     python -m benchmarks.compress [--config benchmarks/llama_medium.yaml] [--steps 4] [--curve-steps 200]
 """
@@ -37,8 +38,16 @@ SELECTED = list(VARIANTS)
 PEAK = re.compile(r"DumpDynamicMemPoolStateInfo\].*?peak used mem:(\d+)M")
 
 
-def variant_yaml(config: Path, section: dict | None, out: Path) -> Path:
+# The loss curves train 5 variants for 200 steps each: on a 2-core machine shared with others,
+# a smaller model than llama_tiny keeps that to minutes (--curve-model full keeps the YAML's).
+SMALL_MODEL = {"num_layers": 2, "hidden_size": 64, "num_heads": 2, "seq_length": 64, "vocab_size": 128}
+
+
+def variant_yaml(config: Path, section: dict | None, out: Path, model: dict | None = None) -> Path:
     data = yaml.safe_load(config.read_text())
+    data["model"]["model_config"].update(model or {})
+    if model:
+        data["train_dataset"]["data_loader"]["dataset_dir"] = str(out.with_suffix(".mindrecord"))
     data["recompute_config"] = {"recompute": False, "select_recompute": False, "select_comm_recompute": False}
     data.pop("compress_config", None)
     if section is not None:
@@ -48,14 +57,44 @@ def variant_yaml(config: Path, section: dict | None, out: Path) -> Path:
 
 
 def train_worker(config: str, steps: int, result: str) -> None:
-    """Child process: build, apply and train like the launcher; write losses and step times."""
+    """Child process: build the model and apply the plan as the launcher does, then train `steps` steps."""
     from mf_memopt.session import prepare
-    from mf_memopt.train import train
 
-    session = prepare(config)
-    records = train(session.network, session.optimizer(), session.data(), steps)
-    Path(result).write_text(json.dumps({"losses": [record.loss for record in records],
-                                        "ms": [record.milliseconds for record in records]}))
+    losses, milliseconds = train_session(prepare(config), steps)
+    Path(result).write_text(json.dumps({"losses": losses, "ms": milliseconds}))
+
+
+def train_session(session, steps: int, *, learning_rate: float = 5e-3, num_samples: int = 32,
+                  seed: int = 1234) -> tuple[list[float], list[float]]:
+    """Train the prepared model for `steps` steps; (losses, step milliseconds).
+
+    The model and its compression come from `session.prepare`, as the launcher builds them;
+    the loop is a plain `TrainOneStepCell` with AdamW at a fixed learning rate over the
+    launcher's generated tokens (`mf_memopt.data.synthetic_tokens`, 32 sequences, seed 1234),
+    so that every variant sees the same batches and the losses can be compared bit for bit.
+    """
+    import time
+
+    import mindspore as ms
+    from mindspore import nn
+
+    from mf_memopt.data import synthetic_tokens
+
+    model_config = session.config.model.model_config
+    tokens = synthetic_tokens(num_samples, model_config.seq_length, model_config.vocab_size, seed)
+    batch = model_config.batch_size
+    optimizer = nn.AdamWeightDecay(session.network.trainable_params(), learning_rate=learning_rate,
+                                   beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0)
+    step_cell = nn.TrainOneStepCell(session.network, optimizer)
+    step_cell.set_train(True)
+    losses, times = [], []
+    for step in range(steps):
+        start = step * batch % (num_samples - num_samples % batch)
+        inputs = ms.Tensor(tokens[start:start + batch])
+        began = time.perf_counter()
+        losses.append(float(step_cell(inputs).asnumpy().reshape(-1)[0]))
+        times.append((time.perf_counter() - began) * 1000)
+    return losses, times
 
 
 def run_variant(config: Path, steps: int, work: Path, name: str) -> dict:
@@ -134,12 +173,12 @@ def bytes_table() -> None:
                  "ratio", "mean abs error"), rows)
 
 
-def loss_curves(config: Path, steps: int, work: Path, png: Path) -> None:
+def loss_curves(config: Path, steps: int, work: Path, png: Path, model: dict | None) -> None:
     curves = {}
     for name, section in VARIANTS.items():
         if name not in SELECTED:
             continue
-        path = variant_yaml(config, section, work / f"curve_{_slug(name)}.yaml")
+        path = variant_yaml(config, section, work / f"curve_{_slug(name)}.yaml", model)
         curves[name] = run_variant(path, steps, work, f"curve {name}")["losses"]
     base = curves["baseline"]
     rows = []
@@ -147,9 +186,10 @@ def loss_curves(config: Path, steps: int, work: Path, png: Path) -> None:
         exact = sum(a == b for a, b in zip(losses, base))
         rows.append((name, f"{losses[-1]:.5f}", f"{(losses[-1] / base[-1] - 1) * 100:+.3f}%",
                      f"{exact}/{steps}"))
-    print_table(f"(d) loss after {steps} steps, {config.name} (generated tokens of the launcher)",
+    shape = ", ".join(f"{key} {value}" for key, value in (model or {}).items()) or "as in the YAML"
+    print_table(f"(d) loss after {steps} steps, {config.name} ({shape}; the launcher's generated tokens)",
                 ("variant", f"loss at step {steps}", "vs baseline", "steps bit-identical to baseline"), rows)
-    _plot(curves, png, config.name)
+    _plot(curves, png, f"{config.stem}{' (small)' if model else ''}")
 
 
 def _plot(curves: dict[str, list[float]], png: Path, title: str) -> None:
@@ -190,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--curve-config", type=Path, default=REPO / "configs" / "llama_tiny.yaml")
     parser.add_argument("--curve-steps", type=int, default=200)
+    parser.add_argument("--curve-model", choices=("small", "full"), default="small",
+                        help="model of the loss curves: small (2 layers, hidden 64, seq 64) or the YAML's")
     parser.add_argument("--png", type=Path, default=REPO / "benchmarks" / "compress_loss.png")
     parser.add_argument("--only", choices=("memory", "bytes", "curves"))
     parser.add_argument("--pattern", default=MLP, help=f"op_name of the quantised variants (default {MLP})")
@@ -206,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         if options.only in (None, "memory"):
             memory_table(options.config, options.steps, Path(tmp))
         if options.only in (None, "curves"):
-            loss_curves(options.curve_config, options.curve_steps, Path(tmp), options.png)
+            loss_curves(options.curve_config, options.curve_steps, Path(tmp), options.png,
+                        SMALL_MODEL if options.curve_model == "small" else None)
     return 0
 
 

@@ -22,6 +22,7 @@ def _config(tmp_path, name, compress=None):
     data["model"]["model_config"].update(num_layers=2, hidden_size=64, num_heads=2, seq_length=64, vocab_size=128)
     data["recompute_config"] = {"recompute": False, "select_recompute": False, "select_comm_recompute": False}
     data["output_dir"] = str(tmp_path / "output")
+    data["train_dataset"]["data_loader"]["dataset_dir"] = str(tmp_path / "tokens.mindrecord")
     if compress is not None:
         data["compress_config"] = {"compress": True, **compress}
     path = tmp_path / f"{name}.yaml"
@@ -45,10 +46,9 @@ def _copy_parameters(source, target):
 
 
 def _train(session, steps):
-    from mf_memopt.train import train
+    from benchmarks.compress import train_session
 
-    records = train(session.network, session.optimizer(), session.data(), steps)
-    return [record.loss for record in records]
+    return train_session(session, steps)[0]
 
 
 def _names(session):
