@@ -26,10 +26,10 @@ def test_bits_per_element_include_the_group_minimum_and_scale(method, bits):
 
 
 def test_stored_bytes_pad_to_whole_groups():
-    assert stored_bytes("int2", 256) == 64 + 4
-    assert stored_bytes("int2", 257) == 2 * (64 + 4)
-    assert stored_bytes("int8", 1024 * 1376) == 1024 * 1376 + 4 * 1024 * 1376 // 256
-    assert stored_bytes("int4", 1000, group_size=8) == 125 * (4 + 4)
+    assert stored_bytes("int2", 256) == 64 + 4 + 4
+    assert stored_bytes("int2", 257) == 2 * (64 + 4) + 4
+    assert stored_bytes("int8", 1024 * 1376) == 1024 * 1376 + 4 * 1024 * 1376 // 256 + 4
+    assert stored_bytes("int4", 1000, group_size=8) == 125 * (4 + 4) + 4
 
 
 def test_compress_dense_level0_is_lossless_w2_in_every_layer():

@@ -40,13 +40,13 @@ class QuantisedMatMul(nn.Cell):
         self.block_rows = restore_block_rows(in_channels, codec.group_size)
 
     def compress(self, x):
-        packed, low, scale = self.codec.compress(x)
-        return ops.stop_gradient(packed), ops.stop_gradient(low), ops.stop_gradient(scale)
+        packed, low, scale, norm = self.codec.compress(x)
+        return ops.stop_gradient(packed), ops.stop_gradient(low), ops.stop_gradient(scale), ops.stop_gradient(norm)
 
-    def construct(self, x, weight, packed, low, scale):
+    def construct(self, x, weight, packed, low, scale, norm):
         return self.matmul(x, weight)
 
-    def bprop(self, x, weight, packed, low, scale, out, dout):
+    def bprop(self, x, weight, packed, low, scale, norm, out, dout):
         # x is not read: that is the point. Each block of rows is restored only after the incoming
         # gradient (and the previous block's product) exists, and the weight gradient is summed
         # over the blocks, so the backward holds one restored block at a time.
@@ -57,11 +57,12 @@ class QuantisedMatMul(nn.Cell):
             first, last = start * columns // size, (stop * columns + size - 1) // size
             late = dout if grad_weight is None else grad_weight
             restored = self.codec.decompress(ops.depend(packed[first:last], late), ops.depend(low[first:last], late),
-                                             ops.depend(scale[first:last], late), (stop - start, columns), self.dtype)
+                                             ops.depend(scale[first:last], late), norm, (stop - start, columns),
+                                             self.dtype)
             part = self.grad_weight(dout[start:stop], restored)
             grad_weight = part if grad_weight is None else grad_weight + part
         return (self.grad_input(dout, weight), grad_weight, ops.zeros_like(packed), ops.zeros_like(low),
-                ops.zeros_like(scale))
+                ops.zeros_like(scale), ops.zeros_like(norm))
 
 
 class CompressedLinear(nn.Cell):
@@ -89,8 +90,8 @@ class CompressedLinear(nn.Cell):
         ori_dtype = ops.dtype(x)
         weight = self.cast(self.weight, self.dtype)
         x = self.cast(x, self.dtype)
-        packed, low, scale = self.compressed_matmul.compress(x)
-        x = self.compressed_matmul(x, weight, packed, low, scale)
+        packed, low, scale, norm = self.compressed_matmul.compress(x)
+        x = self.compressed_matmul(x, weight, packed, low, scale, norm)
         if self.has_bias:
             x = self.bias_add(x, self.cast(self.bias, self.dtype))
         if self.activation_flag:
