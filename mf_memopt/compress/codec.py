@@ -43,8 +43,11 @@ class GroupCodec(nn.Cell):
         grouped = ops.reshape(flat, (groups, self.group_size))
         # float16 minimums and scales relative to the tensor's largest magnitude: small activations
         # (1e-4 and below) would otherwise fall under float16's normal range and lose precision.
-        norm = ops.maximum(ops.amax(ops.abs(flat), 0, True), 1e-30)
         step = BLOCK_ELEMENTS // self.group_size
+        norm = ops.amax(ops.abs(grouped[0:step]), (0, 1), False)
+        for start in range(step, groups, step):  # block by block: |x| of one block at a time
+            norm = ops.maximum(norm, ops.amax(ops.abs(ops.depend(grouped[start:start + step], norm)), (0, 1), False))
+        norm = ops.maximum(ops.reshape(norm, (1,)), 1e-30)
         if groups <= step:
             return self._compress_groups(grouped, norm) + (norm,)
         packs, lows, scales = [], [], []
