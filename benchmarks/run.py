@@ -6,6 +6,7 @@
     python benchmarks/run.py --only memory --steps 10 --config benchmarks/llama_medium.yaml
     python benchmarks/run.py --only apply --profile   # cProfile of mf_memopt's apply_plan
     python benchmarks/run.py --only calibrate         # (c) estimated against measured memory-pool peak
+    python benchmarks/run.py --only auto              # auto: planning time, 7B table, measured CPU plans
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _prepare_environment()
-    from benchmarks import apply_time, calibrate, memory
+    from benchmarks import apply_time, auto_plan, calibrate, memory
 
     if args.profile:
         apply_time.profile_ours()
@@ -36,6 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         memory.run(args.config or memory.DEFAULT_CONFIG, args.steps)
     if args.only in (None, "calibrate"):
         calibrate.run()
+    if args.only in (None, "auto"):
+        auto_plan.run()
     return 0
 
 
@@ -43,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="mf_memopt benchmarks: (a) apply time against MindFormers' "
                                      "LayerSetting, (b) memory-pool peak and step time per recompute variant, "
                                      "(c) the memory estimator against the measured peaks")
-    parser.add_argument("--only", choices=("apply", "memory", "calibrate"), help="run one of the benchmarks")
+    parser.add_argument("--only", choices=("apply", "memory", "calibrate", "auto"), help="run one of the benchmarks")
     parser.add_argument("--repeat", type=_positive, default=7, help="(a) timed runs per config (default 7)")
     parser.add_argument("--steps", type=_positive, default=10,
                         help="(b) training steps per variant (default 10)")

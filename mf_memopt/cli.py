@@ -49,15 +49,50 @@ def _parser() -> argparse.ArgumentParser:
     estimate.add_argument("--json", action="store_true", help="print the estimate as JSON (bytes, seconds)")
     estimate.add_argument("--png", help="write a chart to this PNG file")
     estimate.add_argument("--device-memory", default="64GiB", help="device memory per card (default 64GiB)")
-    estimate.add_argument("--tflops", type=float, default=DEFAULT_TFLOPS,
+    estimate.add_argument("--tflops", type=_positive, default=DEFAULT_TFLOPS,
                           help=f"sustained fp16/bf16 TFLOPS of one device (default {DEFAULT_TFLOPS:g})")
-    estimate.add_argument("--host-bandwidth", type=float, default=DEFAULT_HOST_GBPS,
+    estimate.add_argument("--host-bandwidth", type=_positive, default=DEFAULT_HOST_GBPS,
                           help=f"device<->host GB/s per direction (default {DEFAULT_HOST_GBPS:g})")
     estimate.add_argument("--runtime", choices=("ascend", "cpu"), default="ascend",
                           help="ascend: device memory of an Ascend run; cpu: the MindSpore memory-pool peak of this "
                                "project's CPU launcher (for calibration)")
     estimate.set_defaults(run=_estimate)
+    _auto_parser(commands)
     return parser
+
+
+def _auto_parser(commands) -> None:
+    auto = commands.add_parser("auto", help="choose recompute and swap per layer and stage under a device-memory "
+                                            "budget, and write the YAML")
+    auto.add_argument("config", help="MindFormers training YAML")
+    auto.add_argument("--device-memory", required=True, metavar="SIZE",
+                      help="budget per pipeline stage, e.g. 58GiB or 300MiB (cpu runtime: the memory-pool peak)")
+    auto.add_argument("--runtime", choices=("ascend", "cpu"), default="ascend",
+                      help="ascend: device memory of an Ascend run (swap possible); cpu: the memory-pool peak of "
+                           "this project's CPU launcher (recompute only: nothing is swapped on CPU)")
+    auto.add_argument("--host-memory", metavar="SIZE", help="host memory per stage for swapped activations "
+                                                            "(default: unlimited)")
+    auto.add_argument("--tflops", type=_positive, default=DEFAULT_TFLOPS,
+                      help=f"sustained fp16/bf16 TFLOPS of one device (default {DEFAULT_TFLOPS:g})")
+    auto.add_argument("--host-bandwidth", type=_positive, default=DEFAULT_HOST_GBPS,
+                      help=f"device<->host GB/s per direction (default {DEFAULT_HOST_GBPS:g})")
+    auto.add_argument("--output", "-o", help="write the planned YAML here")
+    auto.add_argument("--json", action="store_true", help="print the result as JSON (bytes, seconds)")
+    auto.add_argument("--measure", action="store_true",
+                      help="cpu runtime: train 1 step of the plan, read the pool peak, and if it is over the budget "
+                           "plan again for its predicted peak minus the excess (at most 3 rounds)")
+    auto.set_defaults(run=_auto)
+
+
+def _positive(text: str) -> float:
+    """A finite number > 0 (a throughput the estimate divides by)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
 
 
 def _print_warnings(plan: Plan) -> None:
@@ -113,3 +148,77 @@ def _estimate(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"chart written to {args.png}")
     return 0
+
+
+def _auto(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .auto import InfeasibleBudget, auto_plan
+    from .auto.report import auto_json, auto_text, infeasible_json, infeasible_text
+    from .estimate import Hardware
+    from .estimate.report import parse_size
+
+    try:
+        budget = _positive_size("--device-memory", args.device_memory, parse_size)
+        host = _positive_size("--host-memory", args.host_memory, parse_size) if args.host_memory else float("inf")
+    except ValueError as error:
+        print(f"auto: {error}", file=sys.stderr)
+        return 2
+    if args.measure and args.runtime != "cpu":
+        print("auto: --measure trains the plan on this machine's CPU launcher: use it with --runtime cpu",
+              file=sys.stderr)
+        return 2
+    output = Path(args.output) if args.output else None
+
+    def plan_for(target: int):
+        return auto_plan(args.config, budget=target, runtime=args.runtime, host_budget=host,
+                         hardware=Hardware(device_memory=target, tflops=args.tflops, host_gbps=args.host_bandwidth),
+                         output_name=str(output or args.config))
+
+    try:
+        if args.measure:
+            from .auto.measure import measure_rounds
+
+            rounds = measure_rounds(plan_for, budget, output, report=lambda line: print(line, file=sys.stderr))
+            result = rounds[-1].plan
+        else:
+            result = plan_for(budget)
+    except InfeasibleBudget as error:
+        print(infeasible_text(error), file=sys.stderr)
+        if args.json:
+            print(json.dumps(infeasible_json(error), indent=2))
+        return 1
+    if output and not args.measure:
+        output.write_text(result.text, encoding="utf-8")
+    if args.json:
+        data = auto_json(result)
+        data["output"] = str(output) if output else None
+        if args.measure:
+            data["measure"] = [{"round": item.number, "planned_for_bytes": item.planned_for,
+                                "predicted_peak_bytes": item.predicted, "measured_peak_bytes": item.measured}
+                               for item in rounds]
+        print(json.dumps(data, indent=2))
+    else:
+        print(auto_text(result))
+        if args.measure:
+            from .estimate.report import human
+
+            last = rounds[-1]
+            verdict = "within" if last.measured <= budget else "over"
+            print(f"measured after {len(rounds)} round(s): the plan made for {human(last.planned_for)} peaks at "
+                  f"{human(last.measured)} in the memory pool, {verdict} the {human(budget)} budget")
+        print(f"written to {output}" if output else "(no --output: the YAML was not written)")
+    if args.measure and rounds[-1].measured > budget:
+        print(f"auto: still over the budget after {len(rounds)} rounds", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _positive_size(option: str, text: str, parse) -> int:
+    try:
+        size = parse(text)
+    except ValueError:
+        raise ValueError(f"{option}: not a size: {text!r} (examples: 64GiB, 32GB, 512MiB)") from None
+    if size <= 0:
+        raise ValueError(f"{option}: must be more than 0, got {text!r}")
+    return size

@@ -8,7 +8,7 @@ from pathlib import Path
 from ..config import plan_source
 from ..errors import ConfigIssue, raise_if_errors
 from ..plan import Plan
-from ..source import load_source
+from ..source import Source, load_source
 from .compress import compress_effect
 from .effects import LayerEffect, layer_effect
 from .inventory import layer_inventory, layer_ops
@@ -89,7 +89,11 @@ class Estimate:
 
 def estimate_config(config: str | Path, *, runtime: str = "ascend", hardware: Hardware | None = None) -> Estimate:
     """Validate and plan the YAML, then estimate every stage's peak memory and swap traffic."""
-    source = load_source(config)
+    return estimate_source(load_source(config), runtime=runtime, hardware=hardware)
+
+
+def estimate_source(source: Source, *, runtime: str = "ascend", hardware: Hardware | None = None) -> Estimate:
+    """`estimate_config` of an already loaded YAML (e.g. one written in memory by `auto`)."""
     plan = plan_source(source)
     issues: list[ConfigIssue] = []
     spec = read_spec(source, issues)

@@ -1,0 +1,119 @@
+"""What `auto` may give a decoder layer, and what each choice costs and saves there.
+
+A choice is a small recipe (full recompute, select recompute of some cells, a layer or
+operator swap); its bytes come from the estimator itself: the choice is turned into the
+`LayerPlan` the YAML would produce and passed through `estimate.effects.layer_effect`, so
+whatever the estimator learns about a layer's tensors reaches the planner unchanged.
+New kinds of choice (activation compression, once the config has a section for it) are
+new `Choice` values with their own bytes and cost; the solver only sees `Option`s.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from ..estimate.effects import LayerEffect, layer_effect
+from ..estimate.inventory import Op, Saved
+from ..plan import LayerPlan, SwapUse, Use
+from ..rules import Origin
+
+SELECT_CELLS = ("feed_forward", "attention")    # the sub-cells whose recompute the estimator counts
+SWAP_CELLS = ("attention", "feed_forward")
+FULL = "full"
+
+_RECOMPUTE = Origin(path=("recompute_config", "recompute"), line=None)
+_SELECT = Origin(path=("recompute_config", "select_recompute"), line=None)
+_LAYER_SWAP = Origin(path=("swap_config", "layer_swap"), line=None)
+_OP_SWAP = Origin(path=("swap_config", "op_swap"), line=None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Choice:
+    """One way to treat a layer's activations."""
+
+    full: bool = False
+    select: tuple[str, ...] = ()        # cells recomputed in the backward
+    layer_swap: bool = False
+    op_swap: tuple[str, ...] = ()       # cells whose outputs are swapped to host memory
+
+    @property
+    def swaps(self) -> bool:
+        return self.layer_swap or bool(self.op_swap)
+
+    @property
+    def features(self) -> frozenset[str]:
+        """The recompute settings this choice writes (for the per-stage count forms)."""
+        return _features(self.full, self.select)
+
+    @property
+    def name(self) -> str:
+        if self.full:
+            return "full recompute"
+        parts = [f"recompute {'+'.join(self.select)}"] if self.select else []
+        parts += ["swap layer"] if self.layer_swap else []
+        parts += [f"swap {'+'.join(self.op_swap)}"] if self.op_swap else []
+        return ", ".join(parts) or "keep"
+
+    def layer_plan(self, layer: int, stage: int, chunk: int, prefetch: int = 1) -> LayerPlan:
+        return LayerPlan(
+            layer=layer, stage=stage, chunk=chunk, full_recompute=_RECOMPUTE if self.full else None,
+            select_recompute=tuple(Use(pattern=cell, origin=_SELECT) for cell in self.select),
+            layer_swap=SwapUse(pattern=None, prefetch=prefetch, origin=_LAYER_SWAP) if self.layer_swap else None,
+            op_swap=tuple(SwapUse(pattern=cell, prefetch=prefetch, origin=_OP_SWAP) for cell in self.op_swap))
+
+
+KEEP = Choice()
+
+
+@functools.lru_cache(maxsize=None)
+def _features(full: bool, select: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(select) | ({FULL} if full else frozenset())
+
+
+def choice_set(*, swap: bool, select: bool = True, full: bool = True) -> tuple[Choice, ...]:
+    """The choices `auto` considers; swap ones only where swapping moves data (the ascend runtime)."""
+    choices = [KEEP]
+    if select:
+        choices += [Choice(select=(cell,)) for cell in SELECT_CELLS]
+        choices.append(Choice(select=SELECT_CELLS))
+    if full:
+        choices.append(Choice(full=True))
+    if swap:
+        choices.append(Choice(layer_swap=True))
+        choices += [Choice(op_swap=(cell,)) for cell in SWAP_CELLS]
+        if select:
+            choices += [Choice(select=("feed_forward",), op_swap=("attention",)),
+                        Choice(select=("attention",), op_swap=("feed_forward",))]
+    return tuple(choices)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Footprint:
+    """What a choice leaves in one layer, per micro-batch, as the estimator counts it."""
+
+    choice: Choice
+    effect: LayerEffect
+
+    @property
+    def kept(self) -> int:
+        return self.effect.bytes("kept")
+
+    @property
+    def rebuilt(self) -> int:
+        return self.effect.bytes("recomputed")
+
+    @property
+    def swapped(self) -> int:
+        return self.effect.bytes("swapped")
+
+    @property
+    def attention_rebuilt(self) -> bool:
+        return any(item.fate == "recomputed" and item.saved.path.startswith("attention.")
+                   for item in self.effect.tensors)
+
+
+def footprints(choices: tuple[Choice, ...], inventory: list[Saved], ops: list[Op]) -> tuple[Footprint, ...]:
+    """Each choice's effect on a layer (all layers of a model have the same tensors)."""
+    return tuple(Footprint(choice=choice, effect=layer_effect(choice.layer_plan(0, 0, 0), inventory, ops))
+                 for choice in choices)

@@ -1,0 +1,293 @@
+"""`auto_plan`: the least-overhead recompute/swap plan under a device-memory budget, as YAML.
+
+1. Read the YAML and its current plan (for the layout) and model (the estimator's spec).
+2. Per stage, solve the exact search of `solver.py` twice where swap is possible (ascend):
+   once in the count family (no swap; each setting on the first layers of a stage or chunk)
+   and once in the index family (any assignment, with swaps). The family with the lower
+   total added time wins; ties go to the simpler count family.
+3. Write the plan into the YAML text and estimate that text with the estimator. The search
+   and the estimator agree on peaks (the same functions); if a stage still comes out over
+   its budget (the link queueing of consecutive swaps is the one effect the search sees
+   only in its cost), its budget is tightened by the excess and it is solved again (at
+   most `REPAIRS` times).
+
+Added time is the estimator's: recompute FLOPs at the configured throughput, plus swap
+transfer not hidden. The search counts each swapped layer's transfer alone, a lower bound
+on the estimator's stalls (which add queueing on the host link), so the plan's estimated
+overhead is at most the optimum plus (estimated - searched) time; both are reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import plan_source
+from ..errors import ConfigIssue, raise_if_errors
+from ..estimate.core import Estimate, estimate_source
+from ..estimate.spec import read_spec
+from ..estimate.transfer import Hardware
+from ..plan import Plan
+from ..source import Source, load_source, parse_yaml
+from .choices import KEEP, Choice, choice_set
+from .problem import StageProblem, stage_problems
+from .solver import Option, Solution, solve_stage
+from .writer import Assignment, describe, replace_sections, sections
+
+REPAIRS = 3
+INFINITE = float("inf")
+
+
+class InfeasibleBudget(Exception):
+    """No plan fits: the smallest budget each stage can reach, and the stage that binds."""
+
+    def __init__(self, budget: int, minimum: dict[int, int]):
+        self.budget, self.minimum = budget, minimum
+        self.binding = max(minimum, key=lambda stage: minimum[stage])
+        super().__init__(f"no plan fits {budget} bytes per stage")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StagePlan:
+    stage: int
+    layers: tuple[int, ...]
+    options: tuple[Option, ...]
+    budget: int                 # what the search was held to (the budget, or less after a repair)
+    searched_s: float           # added time as the search counts it
+
+    def got(self) -> dict[int, Option]:
+        return dict(zip(self.layers, self.options))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AutoPlan:
+    config: str
+    runtime: str
+    budget: int
+    host_budget: float
+    family: str                 # "counts" or "indices"
+    stages: tuple[StagePlan, ...]
+    text: str                   # the written YAML
+    estimate: Estimate          # of `text`
+    references: dict[str, Estimate]
+    empty: bool                 # the budget holds the plan without any recompute or swap
+    repairs: tuple[str, ...] = ()
+
+    @property
+    def fits(self) -> bool:
+        return all(stage.peak.peak <= self.budget and stage.host_bytes <= self.host_budget
+                   for stage in self.estimate.stages)
+
+
+def auto_plan(config: str | Path, *, budget: int, runtime: str = "ascend", host_budget: float = INFINITE,
+              hardware: Hardware | None = None, choices: tuple[Choice, ...] | None = None,
+              output_name: str | None = None) -> AutoPlan:
+    """Plan `config` for `budget` bytes of device memory per stage; raises `InfeasibleBudget` or `ConfigError`."""
+    path = Path(config)
+    text = path.read_text(encoding="utf-8")
+    source = parse_yaml(text, str(path))
+    context = _Context.read(source, runtime, hardware or Hardware(device_memory=budget), text,
+                            output_name or str(path))
+    references = {"nothing": context.estimate_of(context.uniform(KEEP)),
+                  "full recompute": context.estimate_of(context.uniform(Choice(full=True)))}
+    swap = runtime == "ascend"
+    offered = choices or choice_set(swap=swap)
+    families = {"counts": [choice for choice in offered if not choice.swaps]}
+    if swap and any(choice.swaps for choice in offered):
+        families["indices"] = list(offered)
+    empty = all(stage.peak.peak <= budget for stage in references["nothing"].stages)
+    best = _best_family(context, families, budget, host_budget)
+    if best is None:
+        family = families.get("indices", families["counts"])
+        raise InfeasibleBudget(budget, _minimum_budgets(context, family, host_budget))
+    name, stages = best
+    stages, repairs, estimate = _repair(context, families[name], name, stages, budget, host_budget)
+    final = context.text_of(_assignment(stages), _header(name, budget, host_budget, runtime, stages, estimate,
+                                                         references))
+    return AutoPlan(config=str(path), runtime=runtime, budget=budget, host_budget=host_budget, family=name,
+                    stages=tuple(stages), text=final, estimate=estimate, references=references,
+                    empty=empty, repairs=tuple(repairs))
+
+
+@dataclass(slots=True)
+class _Context:
+    source: Source
+    plan: Plan
+    spec: Any
+    runtime: str
+    hardware: Hardware
+    text: str
+    output_name: str
+    problems: dict[tuple[Choice, ...], list[StageProblem]] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, source: Source, runtime: str, hardware: Hardware, text: str, output_name: str) -> _Context:
+        plan = plan_source(source)
+        issues: list[ConfigIssue] = []
+        spec = read_spec(source, issues)
+        raise_if_errors(issues)
+        return cls(source=source, plan=plan, spec=spec, runtime=runtime, hardware=hardware, text=text,
+                   output_name=output_name)
+
+    def stage_problems(self, choices: list[Choice]) -> list[StageProblem]:
+        key = tuple(choices)
+        if key not in self.problems:
+            self.problems[key] = stage_problems(self.plan, self.spec, key, runtime=self.runtime,
+                                                hardware=self.hardware)
+        return self.problems[key]
+
+    def uniform(self, choice: Choice) -> Assignment:
+        return Assignment(choices={layer.layer: choice for layer in self.plan.layers}, prefetch={})
+
+    def text_of(self, assignment: Assignment, header: list[str] | None = None) -> str:
+        original = self.source.get(("recompute_config",)) or {}
+        return replace_sections(self.text, sections(assignment, self.plan.layout, original), header or [])
+
+    def estimate_text(self, text: str) -> Estimate:
+        return estimate_source(parse_yaml(text, self.output_name), runtime=self.runtime, hardware=self.hardware)
+
+    def estimate_of(self, assignment: Assignment) -> Estimate:
+        """The estimate of the YAML with these sections (built as a mapping: no text round trip)."""
+        original = self.source.get(("recompute_config",)) or {}
+        data = {**self.source.data, **sections(assignment, self.plan.layout, original)}
+        return estimate_source(Source(file=self.output_name, data=data, lines=self.source.lines),
+                               runtime=self.runtime, hardware=self.hardware)
+
+
+def solve(problem: StageProblem, budget: float, host_budget: float, *, prefixes: bool,
+          need_swap: bool = False) -> Solution | None:
+    rebuilt = {option.rebuilt for options in problem.positions for option in options}
+    runs = problem.limits.runs(rebuilt, int(budget), host_budget)
+    return solve_stage([list(options) for options in problem.positions], runs, prefixes=prefixes,
+                       chunk_starts=problem.chunk_starts, need_swap=need_swap)
+
+
+def _best_family(context: _Context, families: dict[str, list[Choice]], budget: int,
+                 host_budget: float) -> tuple[str, list[StagePlan]] | None:
+    """The family whose plan adds the least time; ties go to the count family (listed first)."""
+    best = None
+    for name, choices in families.items():
+        stages = _solve_family(context, name, choices, budget, host_budget)
+        if stages is None:
+            continue
+        total = sum(stage.searched_s for stage in stages)
+        if best is None or total < best[0] - 1e-12:
+            best = (total, name, stages)
+    return None if best is None else (best[1], best[2])
+
+
+def _solve_family(context: _Context, name: str, choices: list[Choice], budget: int,
+                  host_budget: float) -> list[StagePlan] | None:
+    """Every stage's best plan; in the index family at least one layer must swap (or the written
+    `swap: True` without swap lists would switch on the default strategy), so the stage where
+    swapping something costs least is held to its best plan that swaps."""
+    problems = context.stage_problems(choices)
+    found = [solve(problem, budget, host_budget, prefixes=name == "counts") for problem in problems]
+    if any(item is None for item in found):
+        return None
+    if name == "indices" and not any(option.choice.swaps for item in found for option in item.options):
+        swapping = [solve(problem, budget, host_budget, prefixes=False, need_swap=True) for problem in problems]
+        extra = [(item.seconds - base.seconds, index) for index, (item, base) in enumerate(zip(swapping, found))
+                 if item is not None]
+        if not extra:
+            return None
+        found[min(extra)[1]] = swapping[min(extra)[1]]
+    return [StagePlan(stage=problem.stage, layers=problem.layers,
+                      options=item.options if name == "counts" else _grouped(item.options), budget=budget,
+                      searched_s=item.seconds) for problem, item in zip(problems, found)]
+
+
+def _grouped(options: tuple[Option, ...]) -> tuple[Option, ...]:
+    """The same options, strongest first, so that the index lists come out as runs of layers.
+
+    With layer indices a stage's peak and time depend only on which options it uses, not where
+    (every swap offered moves no more than one layer's forward can carry, whatever its place),
+    except that the last layer does not swap: it keeps an option that does not.
+    """
+    ordered = sorted(options, key=_strength)
+    if ordered and ordered[-1].choice.swaps and not options[-1].choice.swaps:
+        last = max(index for index, option in enumerate(ordered) if not option.choice.swaps)
+        ordered.append(ordered.pop(last))
+    return tuple(ordered)
+
+
+def _strength(option: Option) -> tuple:
+    choice = option.choice
+    return (not choice.full, -len(choice.select), choice.select, not choice.swaps, not choice.layer_swap,
+            choice.op_swap)
+
+
+def _repair(context: _Context, choices: list[Choice], name: str, stages: list[StagePlan], budget: int,
+            host_budget: float) -> tuple[list[StagePlan], list[str], Estimate]:
+    """Re-solve stages the estimator puts over the budget, held to budget minus the excess."""
+    notes = []
+    for attempt in range(REPAIRS + 1):
+        estimate = context.estimate_of(_assignment(stages))
+        over = [stage for stage in estimate.stages if stage.peak.peak > budget]
+        if not over or attempt == REPAIRS:
+            break
+        problems = context.stage_problems(choices)
+        for stage in over:
+            held = stages[stage.stage].budget - (stage.peak.peak - budget)
+            found = solve(problems[stage.stage], held, host_budget, prefixes=name == "counts")
+            notes.append(f"stage {stage.stage}: estimated {stage.peak.peak} > {budget} bytes; searched again "
+                         f"with {held} bytes")
+            if found is not None:
+                stages[stage.stage] = StagePlan(stage=stage.stage, layers=stages[stage.stage].layers,
+                                                options=found.options, budget=held, searched_s=found.seconds)
+    return stages, notes, estimate
+
+
+def _assignment(stages: list[StagePlan]) -> Assignment:
+    choices, prefetch = {}, {}
+    for stage in stages:
+        for layer, option in stage.got().items():
+            choices[layer] = option.choice
+            if option.prefetch is not None:
+                prefetch[layer] = option.prefetch
+    return Assignment(choices=choices, prefetch=prefetch)
+
+
+def _minimum_budgets(context: _Context, choices: list[Choice], host_budget: float) -> dict[int, int]:
+    """Per stage, the smallest budget (to 1 MiB) the search can meet: binary search on feasibility."""
+    minimum = {}
+    prefixes = not any(choice.swaps for choice in choices)
+    for problem in context.stage_problems(choices):
+        low, high = 0, 1 << 20
+        while solve(problem, high, host_budget, prefixes=prefixes) is None:
+            low, high = high, high * 2
+            if high > 1 << 50:
+                break
+        while high - low > 1 << 20:
+            middle = (low + high) // 2
+            low, high = (low, middle) if solve(problem, middle, host_budget, prefixes=prefixes) else (middle, high)
+        found = solve(problem, high, host_budget, prefixes=prefixes)
+        minimum[problem.stage] = problem.limits.peak(list(found.options)) if found else high
+    return minimum
+
+
+def _header(family: str, budget: int, host_budget: float, runtime: str, stages: list[StagePlan],
+            estimate: Estimate, references: dict[str, Estimate]) -> list[str]:
+    from ..estimate.report import human
+
+    host = "unlimited" if host_budget == INFINITE else human(host_budget)
+    moves = " / layer or op swap with a backward_prefetch that hides the transfer" if family == "indices" else ""
+    form = ("layer indices, swap on" if family == "indices"
+            else "per-stage counts of the first layers (select counts include the fully recomputed layers before "
+                 "them: full recompute wins there)")
+    lines = [f"plan for {human(budget)} of device memory per stage ({runtime} runtime), host memory {host}.",
+             "Made per pipeline stage by an exact search over keep / recompute feed_forward, attention or both /",
+             f"full recompute{moves}: the least predicted added step time with the estimated peak within the budget.",
+             f"Written as {form}."]
+    for plan, stage in zip(stages, estimate.stages):
+        lines.append(f"stage {stage.stage}: predicted peak {human(stage.peak.peak)}, overhead {stage.overhead:.1%}: "
+                     + describe(plan.layers, [option.choice for option in plan.options],
+                                [option.prefetch for option in plan.options]))
+    for name, reference in references.items():
+        lines.append(f"for comparison, {name}: " + ", ".join(
+            f"stage {stage.stage} peak {human(stage.peak.peak)}, overhead {stage.overhead:.1%}"
+            for stage in reference.stages))
+    size = human(budget).replace(" ", "")
+    lines.append(f"Check: python -m mf_memopt estimate THIS.yaml --runtime {runtime} --device-memory {size}")
+    return lines

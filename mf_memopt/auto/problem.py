@@ -1,0 +1,91 @@
+"""From a training YAML to one search problem per pipeline stage (options per layer, limits)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..estimate.inventory import layer_inventory, layer_ops
+from ..estimate.memory import in_flight, stage_parameters
+from ..estimate.spec import ModelSpec, OptimizerSpec, ParallelSpec
+from ..estimate.transfer import Hardware
+from ..plan import Plan
+from .choices import Choice, Footprint, footprints
+from .limits import AscendStage, CpuStage
+from .solver import Option
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageProblem:
+    stage: int
+    layers: tuple[int, ...]             # forward order
+    chunk_starts: frozenset[int]        # positions where an interleave chunk begins
+    positions: tuple[tuple[Option, ...], ...]
+    limits: AscendStage | CpuStage
+    compute_s: float                    # per step: forward + backward of every micro-batch
+
+
+def stage_problems(plan: Plan, spec: tuple[ModelSpec, ParallelSpec, OptimizerSpec], choices: tuple[Choice, ...],
+                   *, runtime: str, hardware: Hardware) -> list[StageProblem]:
+    model, parallel, optimizer = spec
+    inventory, ops = layer_inventory(model, parallel, runtime), layer_ops(model, parallel)
+    prints = footprints(choices, inventory, ops)
+    forward_s = hardware.seconds(sum(op.flops for op in ops))
+    steps = parallel.micro_batches * parallel.grad_accumulation
+    problems = []
+    for stage in range(plan.layout.stages):
+        members = [layer for layer in plan.layers if layer.stage == stage]
+        n = len(members)
+        starts = frozenset(index for index, layer in enumerate(members)
+                           if index == 0 or layer.chunk != members[index - 1].chunk)
+        positions = tuple(tuple(option for footprint in prints
+                                if (option := _option(footprint, index, n, runtime, forward_s, steps, hardware)))
+                          for index in range(n))
+        first, last = stage == 0, stage == plan.layout.stages - 1
+        if runtime == "cpu":
+            limits: AscendStage | CpuStage = CpuStage(model=model, layer_bytes=prints[0].effect.bytes(), positions=n)
+        else:
+            limits = AscendStage(model=model, parallel=parallel, optimizer=optimizer,
+                                 params=stage_parameters(model, parallel, n, first, last),
+                                 factor=in_flight(stage, parallel, plan.layout.chunks), first=first, last=last,
+                                 positions=n)
+        problems.append(StageProblem(stage=stage, layers=tuple(layer.layer for layer in members), chunk_starts=starts,
+                                     positions=positions, limits=limits, compute_s=steps * 3 * forward_s * n))
+    return problems
+
+
+def _option(footprint: Footprint, index: int, n: int, runtime: str, forward_s: float, steps: int,
+            hardware: Hardware) -> Option | None:
+    recompute_s = hardware.seconds(footprint.effect.recompute_flops)
+    if runtime == "cpu":   # nothing moves on CPU: a swapped tensor stays in the pool
+        kept = footprint.effect.bytes() - footprint.rebuilt
+        return Option(choice=footprint.choice, kept=kept, rebuilt=footprint.rebuilt, swapped=0,
+                      attention=footprint.attention_rebuilt, seconds=steps * recompute_s)
+    if not footprint.choice.swaps:
+        return Option(choice=footprint.choice, kept=footprint.kept, rebuilt=footprint.rebuilt, swapped=0,
+                      attention=footprint.attention_rebuilt, seconds=steps * recompute_s)
+    prefetch = hidden_prefetch(hardware.transfer(footprint.swapped), index, n, forward_s,
+                               hardware.operators_per_layer)
+    if prefetch is None or not footprint.swapped:
+        return None
+    # A nanosecond per second of host traffic breaks ties toward swapping less.
+    return Option(choice=footprint.choice, kept=footprint.kept, rebuilt=footprint.rebuilt, swapped=footprint.swapped,
+                  attention=footprint.attention_rebuilt,
+                  seconds=steps * recompute_s + 1e-9 * hardware.transfer(footprint.swapped), prefetch=prefetch)
+
+
+def hidden_prefetch(transfer_s: float, index: int, n: int, forward_s: float, operators: int) -> int | None:
+    """The backward_prefetch that hides a swap at position `index` of `n`, or None if none can.
+
+    In the estimator's timeline (`estimate/transfer.py`) the copy to the host starts when the
+    layer's forward ends and the release `prefetch` operators later waits for it; the copy back
+    starts `prefetch` operators before the layer's backward (twice the forward, or more). A swap
+    is offered only when its copy takes no longer than one layer's forward: then the copy is done
+    before the next layer's copy starts, in both directions, so no copy queues behind another and
+    the prefetch covering the copy hides it completely (no stall; the search's time is the
+    estimator's). The release must also come before the forward/backward turn, or the tensor
+    never leaves the device: the last layer of a stage is never swapped.
+    """
+    if transfer_s > forward_s or index >= n - 1 or forward_s <= 0:
+        return None
+    return max(1, math.ceil(transfer_s * operators / forward_s - 1e-9))

@@ -1,0 +1,96 @@
+"""Text and JSON forms of an `auto` plan, with the reference plans beside it."""
+
+from __future__ import annotations
+
+import math
+
+from ..estimate.core import Estimate
+from ..estimate.report import human
+from .planner import INFINITE, AutoPlan, InfeasibleBudget
+from .writer import describe
+
+
+def auto_text(result: AutoPlan) -> str:
+    host = "unlimited" if result.host_budget == INFINITE else human(result.host_budget)
+    family = ("layer indices with swap" if result.family == "indices"
+              else "per-stage counts (no swap)")
+    lines = [f"{result.config}: {result.runtime} runtime; budget {human(result.budget)} of device memory per stage, "
+             f"host memory {host}; plan written as {family}", ""]
+    nothing, full = result.references["nothing"], result.references["full recompute"]
+    rows = [["stage", "layers", "budget", "predicted peak", "host (swap)", "overhead", "nothing: peak", "overhead",
+             "full recompute: peak", "overhead"]]
+    for stage, base, every in zip(result.estimate.stages, nothing.stages, full.stages):
+        rows.append([str(stage.stage), _span(stage.layers), human(result.budget), human(stage.peak.peak),
+                     human(stage.host_bytes), f"{stage.overhead:.1%}", human(base.peak.peak), f"{base.overhead:.1%}",
+                     human(every.peak.peak), f"{every.overhead:.1%}"])
+    lines += _table(rows) + [""]
+    for plan in result.stages:
+        lines.append(f"stage {plan.stage}: " + describe(plan.layers, [option.choice for option in plan.options],
+                                                        [option.prefetch for option in plan.options]))
+    if result.empty:
+        lines.append(f"the budget is at or above the peak without any recompute or swap "
+                     f"({human(max(stage.peak.peak for stage in nothing.stages))}): the plan is empty")
+    lines += [f"repair: {note}" for note in result.repairs]
+    if not result.fits:
+        lines.append("WARNING: the estimate of the written plan is over the budget in some stage")
+    return "\n".join(lines)
+
+
+def auto_json(result: AutoPlan) -> dict:
+    return {
+        "config": result.config, "runtime": result.runtime, "budget_bytes": result.budget,
+        "host_budget_bytes": None if result.host_budget == INFINITE else result.host_budget,
+        "family": result.family, "empty": result.empty, "fits": result.fits, "feasible": True,
+        "stages": [_stage_json(plan, stage) for plan, stage in zip(result.stages, result.estimate.stages)],
+        "references": {name: _reference(estimate) for name, estimate in result.references.items()},
+        "repairs": list(result.repairs), "yaml": result.text}
+
+
+def _stage_json(plan, stage) -> dict:
+    return {"stage": stage.stage, "layers": list(stage.layers), "searched_budget_bytes": plan.budget,
+            "peak_bytes": stage.peak.peak, "peak_at": stage.peak.checkpoint, "host_bytes": stage.host_bytes,
+            "overhead": stage.overhead, "recompute_seconds": stage.recompute_s, "swap_stall_seconds": stage.stall_s,
+            "searched_added_seconds": plan.searched_s,
+            "plan": [{"layer": layer, "choice": option.choice.name, "backward_prefetch": option.prefetch}
+                     for layer, option in zip(plan.layers, plan.options)]}
+
+
+def _reference(estimate: Estimate) -> list[dict]:
+    return [{"stage": stage.stage, "peak_bytes": stage.peak.peak, "overhead": stage.overhead}
+            for stage in estimate.stages]
+
+
+def infeasible_text(error: InfeasibleBudget) -> str:
+    parts = [f"stage {stage}: {human_up(value)}" + (" (binding)" if stage == error.binding else "")
+             for stage, value in sorted(error.minimum.items())]
+    return (f"auto: no plan fits {human(error.budget)} of device memory per stage; the smallest budget each stage "
+            f"can meet: {', '.join(parts)}. Give at least {human_up(error.minimum[error.binding])} "
+            f"(stage {error.binding} binds).")
+
+
+def infeasible_json(error: InfeasibleBudget) -> dict:
+    return {"feasible": False, "budget_bytes": error.budget, "binding_stage": error.binding,
+            "minimum_budget_bytes": {str(stage): value for stage, value in sorted(error.minimum.items())}}
+
+
+def human_up(nbytes: float) -> str:
+    """Like `human`, rounded up to the shown digit: a budget given as printed is enough."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= size:
+            return f"{math.ceil(nbytes / size * 10) / 10:.1f} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def _span(layers: tuple[int, ...]) -> str:
+    runs: list[list[int]] = []
+    for layer in layers:
+        if runs and runs[-1][1] == layer - 1:
+            runs[-1][1] = layer
+        else:
+            runs.append([layer, layer])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]

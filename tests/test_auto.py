@@ -1,0 +1,212 @@
+"""`python -m mf_memopt auto`: what it prints and writes, budget edge cases, the round trip, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mf_memopt.auto import auto_plan
+from mf_memopt.cli import main
+from mf_memopt.estimate import estimate_config
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "configs/llama_tiny.yaml"
+LLAMA7B = ROOT / "configs/planning/llama2_7b_swap_pp2.yaml"
+MiB, GiB = 2**20, 2**30
+
+
+def test_cpu_plan_is_printed_with_the_reference_plans(capsys, tmp_path):
+    out_file = tmp_path / "planned.yaml"
+    assert main(["auto", str(TINY), "--device-memory", "40MiB", "--runtime", "cpu", "--output", str(out_file)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].split() == ["stage", "layers", "budget", "predicted", "peak", "host", "(swap)", "overhead",
+                                "nothing:", "peak", "overhead", "full", "recompute:", "peak", "overhead"]
+    assert lines[3].split() == ["0", "0-3", "40.0", "MiB", "36.1", "MiB", "0", "B", "16.7%", "63.0", "MiB", "0.0%",
+                                "28.3", "MiB", "33.3%"]
+    assert lines[5] == "stage 0: 0-1 full recompute; 2-3 keep"
+    assert lines[-1] == f"written to {out_file}"
+    written = yaml.safe_load(out_file.read_text())
+    assert written["recompute_config"] == {"recompute": [2], "select_recompute": False,
+                                           "select_comm_recompute": False}
+    assert written["swap_config"] == {"swap": False}
+
+
+def test_written_yaml_keeps_the_rest_of_the_file_and_explains_itself(tmp_path):
+    result = auto_plan(TINY, budget=40 * MiB, runtime="cpu")
+    header = [line for line in result.text.splitlines() if line.startswith("# mf_memopt auto:")]
+    assert header[0] == "# mf_memopt auto: plan for 40.0 MiB of device memory per stage (cpu runtime), host memory " \
+                        "unlimited."
+    assert any("stage 0: predicted peak 36.1 MiB, overhead 16.7%: 0-1 full recompute; 2-3 keep" in line
+               for line in header)
+    original = yaml.safe_load(TINY.read_text())
+    written = yaml.safe_load(result.text)
+    assert {key: value for key, value in written.items() if not key.endswith("_config")} == \
+           {key: value for key, value in original.items() if not key.endswith("_config")}
+    assert written["model"] == original["model"]
+    again = auto_plan(_write(tmp_path / "again.yaml", result.text), budget=40 * MiB, runtime="cpu")
+    assert again.text.count("# mf_memopt auto: plan for") == 1     # re-planning replaces the old header
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("budget", ["30GiB", "34GiB", "40GiB"])
+def test_round_trip_through_validate_plan_and_estimate(capsys, tmp_path, budget):
+    out_file = tmp_path / "planned.yaml"
+    assert main(["auto", str(LLAMA7B), "--device-memory", budget, "--json", "--output", str(out_file)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert main(["validate", str(out_file)]) == 0
+    assert ": valid:" in capsys.readouterr().out
+    assert main(["plan", str(out_file), "--json"]) == 0
+    layers = json.loads(capsys.readouterr().out)["layers"]
+    for stage in result["stages"]:
+        for item in stage["plan"]:
+            layer = layers[item["layer"]]
+            assert layer["full_recompute"] == (item["choice"] == "full recompute")
+            if "swap attention" in item["choice"]:
+                assert layer["op_swap"] == {"attention": item["backward_prefetch"]}
+            if "recompute feed_forward" in item["choice"]:
+                assert layer["select_recompute"] == ["feed_forward"]
+    estimate = estimate_config(out_file)
+    assert [stage.peak.peak for stage in estimate.stages] == [stage["peak_bytes"] for stage in result["stages"]]
+    assert all(stage["peak_bytes"] <= stage["searched_budget_bytes"] for stage in result["stages"])
+
+
+def test_interleaved_counts_round_trip(tmp_path):
+    text = (ROOT / "configs/planning/seed003_interleave_48l.yaml").read_text()
+    config = _write(tmp_path / "interleave.yaml", text)
+    nothing = estimate_config(config)
+    budget = int(0.8 * max(stage.peak.peak for stage in nothing.stages))
+    result = auto_plan(config, budget=budget, choices=_no_swap())
+    written = _write(tmp_path / "out.yaml", result.text)
+    estimate = estimate_config(written)
+    assert [stage.peak.peak for stage in estimate.stages] == [stage.peak.peak for stage in result.estimate.stages]
+    assert all(stage.peak.peak <= budget for stage in estimate.stages)
+    recompute = yaml.safe_load(result.text)["recompute_config"]["recompute"]
+    assert recompute is False or (isinstance(recompute, list) and len(recompute) == 2)   # [chunk][stage] counts
+
+
+@pytest.mark.parametrize("config", sorted((ROOT / "configs/planning").glob("*.yaml")), ids=lambda path: path.name)
+def test_shipped_planning_configs_get_plans_that_validate_cleanly(tmp_path, config):
+    from mf_memopt.config import load_plan
+
+    probe = auto_plan(config, budget=1 << 50)
+    low = max(stage.peak.peak for stage in probe.references["full recompute"].stages)
+    high = max(stage.peak.peak for stage in probe.references["nothing"].stages)
+    result = auto_plan(config, budget=(low + high) // 2)
+    written = load_plan(_write(tmp_path / "out.yaml", result.text))
+    assert written.warnings == ()
+    assert all(stage.peak.peak <= (low + high) // 2 for stage in estimate_config(tmp_path / "out.yaml").stages)
+
+
+def _no_swap():
+    from mf_memopt.auto import choice_set
+
+    return choice_set(swap=False)
+
+
+def test_budget_above_nothing_gives_an_empty_plan(capsys):
+    assert main(["auto", str(TINY), "--device-memory", "1GiB", "--runtime", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "stage 0: 0-3 keep" in out
+    assert "the budget is at or above the peak without any recompute or swap (63.0 MiB): the plan is empty" in out
+
+
+def test_infeasible_budget_names_the_minimum_per_stage_and_the_binding_stage(capsys):
+    assert main(["auto", str(LLAMA7B), "--device-memory", "20GiB"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == ("auto: no plan fits 20.0 GiB of device memory per stage; the smallest budget each stage "
+                            "can meet: stage 0: 26.9 GiB, stage 1: 27.1 GiB (binding). Give at least 27.1 GiB "
+                            "(stage 1 binds).\n")
+    assert main(["auto", str(LLAMA7B), "--device-memory", "27.1GiB"]) == 0
+
+
+def test_infeasible_json(capsys):
+    assert main(["auto", str(TINY), "--device-memory", "20MiB", "--runtime", "cpu", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["feasible"] is False and data["binding_stage"] == 0
+    assert 28 * MiB < data["minimum_budget_bytes"]["0"] < 29 * MiB
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--device-memory", "lots"], "auto: --device-memory: not a size: 'lots' (examples: 64GiB, 32GB, 512MiB)"),
+    (["--device-memory", "1GiB", "--host-memory", "-"],
+     "auto: --host-memory: not a size: '-' (examples: 64GiB, 32GB, 512MiB)"),
+    (["--device-memory=-5GiB"], "auto: --device-memory: must be more than 0, got '-5GiB'"),
+    (["--device-memory", "0MiB"], "auto: --device-memory: must be more than 0, got '0MiB'"),
+    (["--device-memory", "1GiB", "--measure"],
+     "auto: --measure trains the plan on this machine's CPU launcher: use it with --runtime cpu"),
+])
+def test_cli_errors(capsys, argv, message):
+    assert main(["auto", str(TINY), *argv]) == 2
+    assert capsys.readouterr().err.strip() == message
+
+
+def test_device_memory_is_required(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["auto", str(TINY)])
+    assert exit_info.value.code == 2
+    assert "the following arguments are required: --device-memory" in capsys.readouterr().err
+
+
+def test_config_errors_are_reported_like_validate(capsys, tmp_path):
+    bad = _write(tmp_path / "bad.yaml", TINY.read_text().replace("recompute: False", "recompute: [-1]"))
+    assert main(["auto", str(bad), "--device-memory", "40MiB", "--runtime", "cpu"]) == 1
+    assert "recompute_config.recompute[0]" in capsys.readouterr().err
+
+
+def test_cpu_runtime_refuses_pipeline_configs(capsys):
+    assert main(["auto", str(LLAMA7B), "--device-memory", "30GiB", "--runtime", "cpu"]) == 1
+    assert "parallel_config.pipeline_stage: the cpu runtime models the launcher's single-stage training" in \
+           capsys.readouterr().err
+
+
+def test_host_budget_limits_swap(capsys):
+    assert main(["auto", str(LLAMA7B), "--device-memory", "34GiB", "--json"]) == 0
+    free = json.loads(capsys.readouterr().out)
+    assert main(["auto", str(LLAMA7B), "--device-memory", "34GiB", "--host-memory", "1GiB", "--json"]) == 0
+    held = json.loads(capsys.readouterr().out)
+    assert max(stage["host_bytes"] for stage in free["stages"]) > GiB
+    assert all(stage["host_bytes"] <= GiB for stage in held["stages"])
+    assert sum(stage["overhead"] for stage in held["stages"]) > sum(stage["overhead"] for stage in free["stages"])
+
+
+def test_measure_tightens_by_the_measured_excess_at_most_three_times(tmp_path):
+    """The loop itself, with a stand-in for the launcher that reports the pool a few MiB over the prediction."""
+    from mf_memopt.auto.measure import measure_rounds
+
+    def plan_for(target: int):
+        return auto_plan(TINY, budget=target, runtime="cpu")
+
+    def train(config: Path, work: Path) -> int:
+        planned = estimate_config(config, runtime="cpu").stages[0].peak.peak
+        return planned + 5 * MiB
+
+    lines: list[str] = []
+    rounds = measure_rounds(plan_for, 50 * MiB, tmp_path / "out.yaml", lines.append, train=train)
+    first = rounds[0]
+    assert rounds[1].planned_for == first.predicted - (first.measured - 50 * MiB)   # from where the plan landed
+    assert len(rounds) <= 3 and len(lines) == len(rounds)
+    assert lines[0].startswith("round 1: planned for 50.0 MiB, predicted peak 49.8 MiB, measured pool peak 54.8 MiB: "
+                               "over by 4.8 MiB")
+    assert rounds[-1].measured <= 50 * MiB and lines[-1].endswith("within the budget")
+    assert (tmp_path / "out.yaml").read_text() == rounds[-1].plan.text
+
+
+@pytest.mark.mindspore
+def test_measure_trains_the_plan_and_stays_within_the_budget(capsys, tmp_path):
+    out_file = tmp_path / "measured.yaml"
+    assert main(["auto", str(TINY), "--device-memory", "45MiB", "--runtime", "cpu", "--measure",
+                 "--output", str(out_file)]) == 0
+    captured = capsys.readouterr()
+    rounds = [line for line in captured.err.splitlines() if line.startswith("round ")]
+    assert rounds and rounds[-1].endswith("within the budget")
+    measured = float(rounds[-1].split("measured pool peak ")[1].split(" MiB")[0])
+    assert measured <= 45
+    assert yaml.safe_load(out_file.read_text())["recompute_config"]["recompute"] != True  # noqa: E712
