@@ -7,6 +7,7 @@
     python benchmarks/run.py --only apply --profile   # cProfile of mf_memopt's apply_plan
     python benchmarks/run.py --only calibrate         # (c) estimated against measured memory-pool peak
     python benchmarks/run.py --only auto              # auto: planning time, 7B table, measured CPU plans
+    python benchmarks/run.py --only sweep [--remeasure]  # (e) the estimator on the generated sweep
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _prepare_environment()
-    from benchmarks import apply_time, auto_plan, calibrate, memory
+    from benchmarks import apply_time, auto_plan, calibrate, memory, sweep
 
     if args.profile:
         apply_time.profile_ours()
@@ -39,6 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         calibrate.run()
     if args.only in (None, "auto"):
         auto_plan.run()
+    if args.only == "sweep":
+        sweep.compare(remeasure=args.remeasure)
     return 0
 
 
@@ -46,7 +49,10 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="mf_memopt benchmarks: (a) apply time against MindFormers' "
                                      "LayerSetting, (b) memory-pool peak and step time per recompute variant, "
                                      "(c) the memory estimator against the measured peaks")
-    parser.add_argument("--only", choices=("apply", "memory", "calibrate", "auto"), help="run one of the benchmarks")
+    parser.add_argument("--only", choices=("apply", "memory", "calibrate", "auto", "sweep"),
+                        help="run one of the benchmarks (sweep runs only when named)")
+    parser.add_argument("--remeasure", action="store_true",
+                        help="(e) train every sweep config again (about 15 minutes) before comparing")
     parser.add_argument("--repeat", type=_positive, default=7, help="(a) timed runs per config (default 7)")
     parser.add_argument("--steps", type=_positive, default=10,
                         help="(b) training steps per variant (default 10)")

@@ -53,9 +53,15 @@ def _parser() -> argparse.ArgumentParser:
                           help=f"sustained fp16/bf16 TFLOPS of one device (default {DEFAULT_TFLOPS:g})")
     estimate.add_argument("--host-bandwidth", type=_positive, default=DEFAULT_HOST_GBPS,
                           help=f"device<->host GB/s per direction (default {DEFAULT_HOST_GBPS:g})")
-    estimate.add_argument("--runtime", choices=("ascend", "cpu"), default="ascend",
+    estimate.add_argument("--runtime", choices=("ascend", "cpu"), default=None,
                           help="ascend: device memory of an Ascend run; cpu: the MindSpore memory-pool peak of this "
-                               "project's CPU launcher (for calibration)")
+                               "project's CPU launcher (default ascend; with --measure, the config's "
+                               "context.device_target)")
+    estimate.add_argument("--measure", action="store_true",
+                          help="also train the config with the launcher in a child process and print predicted "
+                               "against measured peak per stage (CPU: memory-pool peak; Ascend: MindSpore's memory "
+                               "statistics)")
+    estimate.add_argument("--steps", type=_positive_int, default=1, help="training steps for --measure (default 1)")
     estimate.set_defaults(run=_estimate)
     _auto_parser(commands)
     return parser
@@ -82,6 +88,14 @@ def _auto_parser(commands) -> None:
                       help="cpu runtime: train 1 step of the plan, read the pool peak, and if it is over the budget "
                            "plan again for its predicted peak minus the excess (at most 3 rounds)")
     auto.set_defaults(run=_auto)
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
 
 
 def _positive(text: str) -> float:
@@ -141,7 +155,12 @@ def _estimate(args: argparse.Namespace) -> int:
         print(f"--device-memory: {error}", file=sys.stderr)
         return 2
     hardware = Hardware(device_memory=memory, tflops=args.tflops, host_gbps=args.host_bandwidth)
-    result = estimate_config(args.config, runtime=args.runtime, hardware=hardware)
+    if args.measure:
+        from .estimate.check import measure_and_compare
+
+        return measure_and_compare(args.config, runtime=args.runtime, hardware=hardware, steps=args.steps,
+                                   as_json=args.json)
+    result = estimate_config(args.config, runtime=args.runtime or "ascend", hardware=hardware)
     print(json.dumps(result.to_dict(), indent=2) if args.json else estimate_text(result))
     if args.png:
         write_chart(result, args.png)

@@ -13,7 +13,7 @@ from .compress import compress_effect
 from .effects import LayerEffect, layer_effect
 from .inventory import layer_inventory, layer_ops
 from .memory import StagePeak, ascend_peak, cpu_pool_peak, in_flight, stage_parameters
-from .spec import ModelSpec, OptimizerSpec, ParallelSpec, read_spec
+from .spec import CPU_DTYPES, ModelSpec, OptimizerSpec, ParallelSpec, read_spec
 from .transfer import Hardware, LayerTransfer, swap_timeline
 
 RUNTIMES = ("ascend", "cpu")
@@ -97,12 +97,22 @@ def estimate_source(source: Source, *, runtime: str = "ascend", hardware: Hardwa
     plan = plan_source(source)
     issues: list[ConfigIssue] = []
     spec = read_spec(source, issues)
+    if runtime == "cpu" and spec is not None:
+        issues += _cpu_dtype_issues(source, spec[0])
     if runtime == "cpu" and plan.layout.stages > 1:
         issues.append(source.issue(("parallel_config", "pipeline_stage"), "the cpu runtime models the launcher's "
                                    "single-stage training", "estimate pipeline configs with the ascend runtime"))
     raise_if_errors(issues)
     assert spec is not None
     return _estimate(plan, *spec, runtime=runtime, hardware=hardware or Hardware(device_memory=DEFAULT_DEVICE_MEMORY))
+
+
+def _cpu_dtype_issues(source, model: ModelSpec) -> list[ConfigIssue]:
+    written = source.get(("model", "model_config")) or {}
+    return [source.issue(("model", "model_config", key), f"{value} has no CPU kernels in MindSpore 2.9"
+                         + ("" if key in written else " (MindFormers' default: the key is not written)"),
+                         "use float32 or float16 with the cpu runtime; bfloat16 is modelled by the ascend runtime")
+            for key, value in model.dtypes if value not in CPU_DTYPES]
 
 
 def _estimate(plan: Plan, model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSpec, *, runtime: str,

@@ -11,13 +11,16 @@ an enclosing cell, one with as many names the primitive itself.
   inserts no recompute copy for the primitives of this Llama (their consumers' inputs stay
   alive), which `python -m mf_memopt verify` shows on the compiled graph.
 * An exclusion naming a primitive keeps its tensor even inside a recomputed cell.
+* A layer whose RmsNorm casts its input (layernorm_compute_type differs from compute_dtype)
+  keeps the cast copy, not its input; under full recompute it keeps the input instead (the
+  recompute starts from it), so that tensor exists only then.
 * Swap moves the tensors a layer_swap or op_swap names to host memory, except recomputed
   ones (recompute beats swap); op_swap's prefetch wins over layer_swap's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from ..patterns import compile_pattern
@@ -42,6 +45,7 @@ class LayerEffect:
     tensors: tuple[TensorFate, ...]
     recompute_flops: int
     notes: tuple[str, ...] = ()
+    recomputed_ops: tuple[str, ...] = ()   # matmul paths (layer_ops) whose forward is run again in the backward
     backward_extra: int = 0          # bytes the layer's backward holds beyond its kept tensors (compression)
 
     def bytes(self, fate: Fate | None = None) -> int:
@@ -66,9 +70,24 @@ def _named(pattern: str, path: str) -> Literal["cell", "primitive"] | None:
 
 def layer_effect(plan: LayerPlan, inventory: list[Saved], ops: list[Op]) -> LayerEffect:
     recomputed_by, notes = _recompute_rules(plan, inventory)
+
+    def in_recomputed_cell(path: str) -> bool:
+        return plan.full_recompute is not None or any(_named(use.pattern, path) == "cell"
+                                                      for use in plan.select_recompute)
+
     fates = []
     for saved in inventory:
+        if saved.recompute_input:
+            if plan.full_recompute is not None:
+                fates.append(TensorFate(saved=saved, fate="kept", rule=plan.full_recompute.key))
+            continue
         rule = recomputed_by(saved.path)
+        if rule is None and saved.rebuilt_nbytes is not None and (
+                in_recomputed_cell(saved.path) or (saved.read_by and recomputed_by(saved.read_by))):
+            # read by a recomputed matmul, or excluded inside a recomputed cell: the backward's
+            # cast runs late, inside its matmul, so the tensor is held in compute_dtype
+            saved = replace(saved, nbytes=saved.rebuilt_nbytes, what=f"{saved.what.split(',')[0]} (its matmul is "
+                            "recomputed: held in compute_dtype)")
         if rule is not None and not (plan.full_recompute is not None and saved.kept_by_full_recompute
                                      and rule == plan.full_recompute.key):
             fates.append(TensorFate(saved=saved, fate="recomputed", rule=rule))
@@ -79,7 +98,15 @@ def layer_effect(plan: LayerPlan, inventory: list[Saved], ops: list[Op]) -> Laye
         else:
             fates.append(TensorFate(saved=saved, fate="swapped", rule=swap.origin.key, prefetch=swap.prefetch))
     flops = sum(op.flops for op in ops if recomputed_by(op.path) is not None)
-    return LayerEffect(layer=plan.layer, tensors=tuple(fates), recompute_flops=flops, notes=tuple(notes))
+    rerun = tuple(op.path for op in ops if recomputed_by(op.path) is not None
+                  and (plan.full_recompute is not None or op.path not in _CELL_OUTPUTS))
+    return LayerEffect(layer=plan.layer, tensors=tuple(fates), recompute_flops=flops, notes=tuple(notes),
+                       recomputed_ops=rerun)
+
+
+# A recomputed cell's output is kept, not recomputed: the matmuls that produce the attention and
+# MLP outputs run again only under full recompute of the layer.
+_CELL_OUTPUTS = frozenset({"attention.wo.matmul", "feed_forward.w2.matmul"})
 
 
 def _recompute_rules(plan: LayerPlan, inventory: list[Saved]):

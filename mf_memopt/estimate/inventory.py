@@ -33,6 +33,9 @@ class Saved:
     nbytes: int                 # per micro-batch, per device
     cpu_only: bool = False
     kept_by_full_recompute: bool = False  # the layer's output is never recomputed
+    recompute_input: bool = False  # exists only as the input a full recompute of the layer starts from
+    rebuilt_nbytes: int | None = None  # size when a recompute rebuilds it, if different (see _cpu_layer)
+    read_by: str | None = None  # the matmul whose backward reads it; when that matmul is recomputed: rebuilt_nbytes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,9 +90,13 @@ def _ascend_layer(model: ModelSpec, dim: Dims) -> list[Saved]:
                         nbytes=2 * FP32 * 8 * (dim.q // model.head_dim))]
     else:
         groups = model.heads // model.kv_heads
-        saved += [Saved(path="attention.softmax", what="attention probabilities", nbytes=model.softmax_bytes * dim.scores),
-                  Saved(path="attention.merger_head_transpose", what="attention output (input of wo)",
-                        nbytes=c * dim.q)]
+        saved.append(Saved(path="attention.softmax", what="attention probabilities",
+                           nbytes=model.softmax_bytes * dim.scores))
+        if model.softmax_cast:
+            saved.append(Saved(path="attention.cast", what="attention probabilities cast to compute_dtype (for the "
+                               "BatchMatMul)", nbytes=c * dim.scores))
+        saved.append(Saved(path="attention.merger_head_transpose", what="attention output (input of wo)",
+                           nbytes=c * dim.q))
         if groups > 1:
             saved.append(Saved(path="attention.tile_kv", what="k and v repeated to every head",
                                nbytes=c * 2 * (dim.q - dim.kv)))
@@ -108,35 +115,96 @@ def _ascend_layer(model: ModelSpec, dim: Dims) -> list[Saved]:
 
 
 def _cpu_layer(model: ModelSpec, dim: Dims) -> list[Saved]:
-    e = FP32
+    """What one layer keeps on MindSpore 2.9's CPU backend, in the dtypes the config sets.
+
+    c = compute_dtype, L = layernorm_compute_type, S = softmax_compute_type, read from the
+    compiled kernel graph of each dtype setting:
+
+    * where two dtypes differ the graph has a Cast, and the backward reads the cast copy, not
+      the original: the RmsNorm's copy of its input in L (instead of the residual stream), the
+      softmax output's copy in c;
+    * the CPU MatMul and BatchMatMul have no float16 kernel: with c = float16 every input a
+      matmul's backward reads gets its own float32 copy, made during the forward (the cast
+      depends only on forward tensors, so the runtime runs it as soon as it can), and the
+      float16 original is freed: the input of wq/wk/wv is kept three times in float32, q, k,
+      v, the probabilities and the input of wo and w2 once each. A tensor a recompute rebuilds
+      in the backward is not copied early: the cast runs inside the backward matmul, and the
+      rebuilt float16 tensor is what the layer's backward holds (`rebuilt_nbytes`);
+    * the backward's SiLU sigmoid and the RmsNorm's 2*x are computed early, too.
+    The weight copies those matmuls need are not activations: see `memory.WeightCopies`.
+    """
+    c, wide = model.compute_bytes, cpu_matmul_copies(model)
     mha = model.kv_heads == model.heads
-    return [
-        Saved(path="attention_norm.square", what="2*x of the RmsNorm backward, run early", nbytes=e * dim.bsh,
-              cpu_only=True, kept_by_full_recompute=True),
-        Saved(path="attention_norm.mul", what="x * rsqrt", nbytes=e * dim.bsh),
-        Saved(path="attention_norm.mul2", what="normalised input of wq/wk/wv", nbytes=e * dim.bsh),
-        Saved(path="attention_norm.rsqrt", what="rsqrt (per token)", nbytes=e * dim.bs),
-        Saved(path="attention.apply_rotary_emb.add", what="q after RoPE" + (" and k" if mha else ""),
-              nbytes=e * (dim.q * 2 if mha else dim.q)),
-        Saved(path="attention.transpose" if mha else "attention.tile_kv",
-              what="v" if mha else "k and v repeated to every head", nbytes=e * (dim.q if mha else 2 * dim.q)),
-        Saved(path="attention.softmax", what="attention probabilities", nbytes=e * dim.scores),
-        Saved(path="attention.merger_head_transpose", what="attention output (input of wo)", nbytes=e * dim.q),
-        Saved(path="add", what="residual after attention (input of ffn_norm)", nbytes=e * dim.bsh),
-        Saved(path="ffn_norm.square", what="2*x of the RmsNorm backward, run early", nbytes=e * dim.bsh,
-              cpu_only=True),
-        Saved(path="ffn_norm.mul", what="x * rsqrt", nbytes=e * dim.bsh),
-        Saved(path="ffn_norm.mul2", what="normalised input of w1/w3", nbytes=e * dim.bsh),
-        Saved(path="ffn_norm.rsqrt", what="rsqrt (per token)", nbytes=e * dim.bs),
-        Saved(path="feed_forward.w1.matmul", what="w1 output", nbytes=e * dim.bsf),
-        Saved(path="feed_forward.w3.matmul", what="w3 output", nbytes=e * dim.bsf),
-        Saved(path="feed_forward.w1.activation.silu", what="SiLU output (x * sigmoid(x))", nbytes=e * dim.bsf),
+    matmul_in = FP32 if wide else c
+    saved = [*_cpu_norm(model, dim, "attention_norm", ("wq", "wk", "wv"))]
+    if wide or mha:
+        saved += [Saved(path="attention.apply_rotary_emb.add", what="q and k after RoPE" + _copy(wide),
+                        nbytes=matmul_in * dim.q * 2),
+                  Saved(path="attention.transpose", what="v" + _copy(wide), nbytes=matmul_in * dim.q)]
+    else:
+        saved += [Saved(path="attention.apply_rotary_emb.add", what="q after RoPE", nbytes=c * dim.q),
+                  Saved(path="attention.tile_kv", what="k and v repeated to every head", nbytes=c * 2 * dim.q)]
+    saved.append(Saved(path="attention.softmax", what="attention probabilities", nbytes=model.softmax_bytes
+                       * dim.scores))
+    if wide or model.softmax_cast:
+        saved.append(Saved(path="attention.cast", what="attention probabilities for the BatchMatMul"
+                           + (_copy(wide) if wide else " (cast to compute_dtype)"),
+                           nbytes=matmul_in * dim.scores))
+    saved.append(Saved(path="attention.merger_head_transpose", what="attention output (input of wo)" + _copy(wide),
+                       nbytes=matmul_in * dim.q))
+    if not model.norm_cast:
+        saved.append(Saved(path="add", what="residual after attention (input of ffn_norm)", nbytes=c * dim.bsh))
+    saved += _cpu_norm(model, dim, "ffn_norm", ("w1", "w3"))
+    saved += [
+        Saved(path="feed_forward.w1.matmul", what="w1 output (input of the SiLU backward)", nbytes=c * dim.bsf),
+        Saved(path="feed_forward.w3.matmul", what="w3 output", nbytes=c * dim.bsf),
+        Saved(path="feed_forward.w1.activation.silu", what="SiLU output (x * sigmoid(x))", nbytes=c * dim.bsf),
         Saved(path="feed_forward.w1.activation.silu", what="sigmoid(x) of the SiLU backward, run early",
-              nbytes=e * dim.bsf, cpu_only=True),
-        Saved(path="feed_forward.mul", what="SiLU(w1) * w3 (input of w2)", nbytes=e * dim.bsf),
-        Saved(path="add", what="layer output (input of the next layer)", nbytes=e * dim.bsh,
-              kept_by_full_recompute=True),
+              nbytes=c * dim.bsf, cpu_only=True),
+        Saved(path="feed_forward.mul", what="SiLU(w1) * w3 (input of w2)" + _copy(wide), nbytes=matmul_in * dim.bsf,
+              rebuilt_nbytes=c * dim.bsf, read_by="feed_forward.w2.matmul"),
     ]
+    if model.norm_cast:
+        saved.append(Saved(path="input", what="layer input (compute_dtype), kept as the recompute input",
+                           nbytes=c * dim.bsh, recompute_input=True))
+    else:
+        saved.append(Saved(path="add", what="layer output (input of the next layer)", nbytes=c * dim.bsh,
+                           kept_by_full_recompute=True))
+    return saved
+
+
+_CORE = "attention.batch_matmul_q_k"
+
+
+def cpu_matmul_copies(model: ModelSpec) -> bool:
+    """MatMul/BatchMatMul run in float32 on CPU: float16 operands are cast, the backward's inputs early."""
+    return model.compute_bytes == 2
+
+
+def _copy(wide: bool) -> str:
+    return ", a float32 copy for the matmul backward" if wide else ""
+
+
+def _cpu_norm(model: ModelSpec, dim: Dims, cell: str, linears: tuple[str, ...]) -> list[Saved]:
+    """LlamaRMSNorm without the fused kernel: cast to L, square, mean, rsqrt, mul, cast back, mul weight."""
+    c, norm, wide = model.compute_bytes, model.layernorm_bytes, cpu_matmul_copies(model)
+    saved = []
+    if model.norm_cast:
+        saved.append(Saved(path=f"{cell}.cast", what="input cast to layernorm_compute_type", nbytes=norm * dim.bsh))
+    consumers = "/".join(linears)
+    normalised = (Saved(path=f"{cell}.mul2", what=f"normalised input of {consumers}, one float32 copy for each "
+                        "Linear's backward", nbytes=FP32 * len(linears) * dim.bsh, rebuilt_nbytes=c * dim.bsh,
+                        read_by=f"{'attention' if cell == 'attention_norm' else 'feed_forward'}.{linears[0]}.matmul") if wide else
+                  Saved(path=f"{cell}.mul2", what=f"normalised input of {consumers}", nbytes=c * dim.bsh))
+    saved += [
+        Saved(path=f"{cell}.square", what="2*x of the RmsNorm backward, run early", nbytes=norm * dim.bsh,
+              cpu_only=True, kept_by_full_recompute=cell == "attention_norm" and not model.norm_cast),
+        Saved(path=f"{cell}.mul", what="x * rsqrt" + (" cast to compute_dtype" if model.norm_cast else ""),
+              nbytes=c * dim.bsh),
+        normalised,
+        Saved(path=f"{cell}.rsqrt", what="rsqrt (per token)", nbytes=norm * dim.bs),
+    ]
+    return saved
 
 
 def layer_ops(model: ModelSpec, parallel: ParallelSpec) -> list[Op]:

@@ -28,12 +28,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .effects import LayerEffect
-from .inventory import FP32, dims
+from .inventory import FP32, cpu_matmul_copies, dims
 from .spec import ModelSpec, OptimizerSpec, ParallelSpec
 from .transfer import LayerTransfer
 
 
-STATIC = ("parameters", "gradients", "optimizer states", "gradients so far", "optimizer outputs")
+STATIC = ("parameters", "gradients", "optimizer states", "gradients so far", "optimizer outputs", "weight copies",
+          "zeros of the overflow select", "decayed parameters (AdamW, computed early)")
 ACTIVATIONS = ("activations kept", "swapped, still on device", "model-level tensors")
 
 
@@ -89,6 +90,8 @@ def ascend_peak(model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSp
         "parameters": params * model.param_bytes,
         "gradients": params * model.param_bytes + accumulation,
         "optimizer states": params * optimizer.state_bytes // (parallel.data if parallel.optimizer_shard else 1),
+        # each Linear casts its weight to compute_dtype when param_init_type differs; the backward reads the copy
+        "weight copies": params * model.compute_bytes if model.weight_cast else 0,
         "activations kept": round(factor * (sum(effect.bytes("kept") for effect in effects) + model_level)),
         "swapped, still on device": sum(effect.bytes("swapped") for effect, transfer in zip(effects, transfers)
                                         if transfer.on_device_at_turn),
@@ -97,33 +100,178 @@ def ascend_peak(model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSp
 
 
 def cpu_pool_peak(model: ModelSpec, effects: list[LayerEffect]) -> StagePeak:
-    e, dim = FP32, dims(model, ParallelSpec())
+    """The largest of the step's checkpoints (module docstring); every term in the config's dtypes."""
     kept = [effect.bytes() - effect.bytes("recomputed") for effect in effects]  # nothing is swapped on CPU
-    attention_rebuilt = any(item.fate == "recomputed" and item.saved.path.startswith("attention.")
-                            for effect in effects for item in effect.tensors)
-    mask = e * model.batch * model.seq * model.seq if attention_rebuilt else 0
-    tables = e * (2 * model.seq * model.head_dim + 3 * dim.bs) + mask
-    candidates = [StagePeak(checkpoint="end of the forward (loss)", components={
-        "activations kept": sum(kept), "model-level tensors": e * 4 * dim.bsh_full + tables,
-        "loss tensors": 4 * e * model.batch * model.seq * model.vocab})]
-    layer_params = model.layer_params
+    tables = _cpu_tables(model, effects)
+    copies = _weight_copies(model, effects)
+    candidates = [
+        StagePeak(checkpoint="start of the step (weight copies)", components={
+            "weight copies": copies.forward_total + copies.backward_total, "model-level tensors": tables}),
+        StagePeak(checkpoint="end of the forward (loss)", components={
+            "activations kept": sum(kept), "weight copies": copies.backward_total,
+            "model-level tensors": _forward_model_level(model) + tables,
+            "loss tensors": 4 * FP32 * model.batch * model.seq * model.vocab})]
+    dim = dims(model, ParallelSpec())
     for index in reversed(range(len(effects))):
         candidates.append(StagePeak(checkpoint=f"backward of layer {index}", components={
             "activations kept": sum(kept[:index]),
-            "gradients so far": e * ((len(effects) - 1 - index) * layer_params + model.vocab * model.hidden
-                                     + model.hidden),
-            "model-level tensors": e * 2 * dim.bsh_full + tables,
-            "layer working set": effects[index].bytes() + 2 * e * dim.bsf + effects[index].backward_extra}))
+            "weight copies": sum(copies.backward[:index + 1]),
+            "gradients so far": _gradients_after(model, index, len(effects)),
+            "model-level tensors": 2 * model.compute_bytes * dim.bsh_full + tables,
+            "layer working set": _held_in_backward(effects[index]) + 2 * FP32 * dim.bsf + copies.late[index]
+                                 + effects[index].backward_extra}))
+        candidates.append(_attention_backward(model, effects, index, kept, copies, tables))
+    if model.param_bytes == FP32 and model.compute_bytes == FP32:
+        early = _gradient_set(model, len(effects))
+        candidates = [StagePeak(checkpoint=candidate.checkpoint,
+                                components={**candidate.components, EARLY_UPDATE: early})
+                      for candidate in candidates]
     candidates.append(_optimizer_step(model, len(effects)))
     return max(candidates, key=lambda candidate: candidate.peak)
 
 
+# MindFormers' AdamW starts each update with param * (1 - lr * weight_decay), which reads only the
+# parameter and the learning rate: in a float32 model the runtime computes it for every parameter
+# as soon as the step starts and holds it until that parameter's update (measured: a float32
+# parameter set more at the end of the forward; none when compute or parameters are float16).
+EARLY_UPDATE = "decayed parameters (AdamW, computed early)"
+
+
+def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int, kept: list[int],
+                        copies: WeightCopies, tables: int) -> StagePeak:
+    """Inside layer `index`'s attention backward: the MLP part is done, the score gradients are alive.
+
+    The gradient of the probabilities comes out of the float32 BatchMatMul (b*n*s*s float32),
+    plus its float16 cast when compute_dtype is float16 and the softmax is computed in another
+    dtype; the layer's attention tensors
+    (rebuilt if recomputed) are still held.
+    """
+    dim, c = dims(model, ParallelSpec()), model.compute_bytes
+    attention = _held_in_backward(effects[index], ("attention.", "attention_norm."))
+    mlp = model.param_bytes * 3 * model.hidden * model.ffn
+    return StagePeak(checkpoint=f"attention backward of layer {index}", components={
+        "activations kept": sum(kept[:index]),
+        "weight copies": sum(copies.backward[:index + 1]),
+        "gradients so far": _gradients_after(model, index, len(effects)) + mlp,
+        "model-level tensors": 2 * c * dim.bsh_full + tables,
+        "layer working set": attention + (FP32 + (c if c == 2 and model.softmax_cast else 0)) * dim.scores
+        + copies.late[index]})
+
+
+def _held_in_backward(effect: LayerEffect, prefixes: tuple[str, ...] = ("",)) -> int:
+    """A layer's tensors during its backward: kept ones as kept, rebuilt ones at their rebuilt size."""
+    return sum(item.saved.rebuilt_nbytes if item.fate == "recomputed" and item.saved.rebuilt_nbytes is not None
+               else item.saved.nbytes for item in effect.tensors if item.saved.path.startswith(prefixes))
+
+
+@dataclass(frozen=True, slots=True)
+class WeightCopies:
+    """Copies of the Linear weights that MatMul needs on CPU (it has no float16 kernel).
+
+    A cast whose input is a parameter runs as soon as the step starts (nothing else holds it
+    back); each copy lives until the MatMul that reads it. Per Linear weight of n elements:
+
+    * compute float16, param_init_type float16: a float32 copy for the forward's x @ W, one
+      for the backward's dy @ W, and one for the forward run again by a recompute;
+    * compute float16, param_init_type float32: the model casts W to float16 and MatMul casts
+      that to float32: the forward's copy is made at the start; the backward's too, unless the
+      Linear is recomputed (then its float16 cast is recomputed and the copy made late);
+    * compute float32, param_init_type float16: the model's own float32 cast serves the
+      forward and the backward, held until the backward (until the forward if recomputed);
+    * float32 throughout: none.
+    """
+
+    forward_total: int
+    backward: tuple[int, ...]    # per decoder layer: held until that layer's backward
+    lm_head: int                 # held until the start of the backward
+    late: tuple[int, ...] = ()   # per decoder layer: made during its backward (recomputed casts), one at a time
+
+    @property
+    def backward_total(self) -> int:
+        return sum(self.backward) + self.lm_head
+
+
+def _weight_copies(model: ModelSpec, effects: list[LayerEffect]) -> WeightCopies:
+    sizes = dict(zip(_LINEAR_OPS, model.layer_param_list()))
+    forward, backward, late = 0, [], []
+    for effect in effects:
+        held = made = 0
+        for path, size in sizes.items():
+            rerun = path in effect.recomputed_ops
+            to_forward, to_backward = _copy_bytes(model, rerun)
+            forward += to_forward * size
+            held += to_backward * size
+            made += FP32 * size if rerun and model.weight_cast else 0
+        backward.append(held)
+        late.append(made)
+    head_forward, head_backward = _copy_bytes(model, False)
+    head = model.vocab * model.hidden
+    return WeightCopies(forward_total=forward + head_forward * head, backward=tuple(backward),
+                        lm_head=head_backward * head, late=tuple(late))
+
+
+def _copy_bytes(model: ModelSpec, recomputed: bool) -> tuple[int, int]:
+    """Bytes per weight element held until the forward and until the backward."""
+    if model.compute_bytes == 2 and not model.weight_cast:
+        return FP32, FP32 * (2 if recomputed else 1)
+    if model.compute_bytes == 2:
+        return FP32, 0 if recomputed else FP32
+    if model.weight_cast:
+        return (FP32, 0) if recomputed else (0, FP32)
+    return 0, 0
+
+
+_LINEAR_OPS = ("attention.wq.matmul", "attention.wk.matmul", "attention.wv.matmul", "attention.wo.matmul",
+               "feed_forward.w1.matmul", "feed_forward.w2.matmul", "feed_forward.w3.matmul")
+
+
+def _cpu_tables(model: ModelSpec, effects: list[LayerEffect]) -> int:
+    """cos/sin tables (rotary_dtype), per-token statistics, the causal mask when attention is rebuilt."""
+    dim = dims(model, ParallelSpec())
+    attention_rebuilt = any(item.fate == "recomputed" and item.saved.path.startswith("attention.")
+                            for effect in effects for item in effect.tensors)
+    mask = FP32 * model.batch * model.seq * model.seq if attention_rebuilt else 0
+    return model.rotary_bytes * 2 * model.seq * model.head_dim + FP32 * 3 * dim.bs + mask
+
+
+def _forward_model_level(model: ModelSpec) -> int:
+    """The embedding output (when the first norm reads it without a cast) and the final RmsNorm's tensors."""
+    dim, c, norm = dims(model, ParallelSpec()), model.compute_bytes, model.layernorm_bytes
+    embedding = 0 if model.norm_cast else c * dim.bsh_full
+    normalised = FP32 if cpu_matmul_copies(model) else c                  # the input of lm_head
+    final_norm = (norm if model.norm_cast else 0) + c + normalised + norm  # [input copy], mul, mul2, early 2*x
+    return embedding + final_norm * dim.bsh_full
+
+
+def _gradients_after(model: ModelSpec, index: int, layers: int) -> int:
+    """Gradients held when layer `index`'s backward starts: later layers, lm_head, final norm."""
+    h, p, norm = model.hidden, model.param_bytes, model.layernorm_bytes
+    per_layer = p * (model.layer_params - 2 * h) + norm * 2 * h
+    return (layers - 1 - index) * per_layer + p * model.vocab * h + norm * h
+
+
+def _gradient_set(model: ModelSpec, layers: int) -> int:
+    """Bytes of one gradient per parameter (the parameter's dtype; the RmsNorm weights in L)."""
+    h, p, norm = model.hidden, model.param_bytes, model.layernorm_bytes
+    per_layer = p * (model.layer_params - 2 * h) + norm * 2 * h
+    return layers * per_layer + 2 * p * model.vocab * h + norm * h
+
+
 def _optimizer_step(model: ModelSpec, layers: int) -> StagePeak:
-    h = model.hidden
-    params = [model.vocab * h, *model.layer_param_list() * layers, h, model.vocab * h]
-    best, remaining = (0, 0), sum(params)
-    for size in params:
-        if FP32 * remaining + 3 * FP32 * size > sum(best):
-            best = (FP32 * remaining, 3 * FP32 * size)
-        remaining -= size
-    return StagePeak(checkpoint="optimizer step", components={"gradients": best[0], "optimizer outputs": best[1]})
+    """MindFormers' AdamW as graph ops, after clip-grad and the overflow select.
+
+    The step replaces the gradients by zeros on overflow (`select(overflow, zeros_like(g), g)`):
+    by the time the optimizer runs, a zero tensor of every gradient's shape exists too.
+
+    Every parameter's update returns a new parameter-sized tensor, held until the whole
+    optimizer has run, while the gradients not yet used are still held: one gradient set in
+    all. Each update computes in float32: the new moments and the step (three float32
+    temporaries of the largest parameter), plus the parameter and its gradient cast to float32
+    when the parameters are not float32 (two more).
+    """
+    largest = max([*model.layer_param_list(), model.vocab * model.hidden])
+    temporaries = 3 + (2 if model.param_bytes != FP32 else 0)
+    gradients = _gradient_set(model, layers)
+    return StagePeak(checkpoint="optimizer step", components={
+        "gradients": gradients, "zeros of the overflow select": gradients,
+        "optimizer outputs": temporaries * FP32 * largest})

@@ -107,7 +107,7 @@ _COMPONENT_COLOURS = {"parameters": "#8c8c8c", "gradients": "#b5b5b5", "optimize
                       "activations kept": "#4c72b0", "swapped, still on device": "#55a868",
                       "backward working set": "#c44e52", "model-level tensors": "#8172b3", "loss tensors": "#937860",
                       "gradients so far": "#b5b5b5", "layer working set": "#c44e52",
-                      "optimizer outputs": "#d9d9d9"}
+                      "optimizer outputs": "#d9d9d9", "weight copies": "#a6a6a6"}
 
 
 def _layer_bars(axes, estimate: Estimate) -> None:

@@ -9,6 +9,10 @@ from ..errors import ConfigIssue
 from ..source import Source
 
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+# LlamaConfig's defaults (MindFormers 1.9): what a YAML without these keys trains with.
+DEFAULT_DTYPES = {"compute_dtype": "float16", "layernorm_compute_type": "float32", "softmax_compute_type": "float32",
+                  "rotary_dtype": "float32", "param_init_type": "float16"}
+CPU_DTYPES = ("float32", "float16")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,6 +32,33 @@ class ModelSpec:
     softmax_bytes: int          # softmax_compute_type
     flash_attention: bool
     tie_embeddings: bool = False
+    layernorm_bytes: int = 4    # layernorm_compute_type (the RmsNorm weights are kept in it too)
+    rotary_bytes: int = 4       # rotary_dtype (the cos/sin tables)
+    dtypes: tuple[tuple[str, str], ...] = ()  # (YAML key, dtype name) as resolved, MindFormers' defaults filled in
+
+    @property
+    def norm_cast(self) -> bool:
+        """The RmsNorm casts its input to layernorm_compute_type and keeps that copy for its backward."""
+        if not self.dtypes:
+            return self.layernorm_bytes != self.compute_bytes
+        return self.dtype("layernorm_compute_type") != self.dtype("compute_dtype")
+
+    @property
+    def softmax_cast(self) -> bool:
+        """The attention casts the softmax output back to compute_dtype for the next BatchMatMul."""
+        if not self.dtypes:
+            return self.softmax_bytes != self.compute_bytes
+        return self.dtype("softmax_compute_type") != self.dtype("compute_dtype")
+
+    @property
+    def weight_cast(self) -> bool:
+        """Each Linear casts its weight to compute_dtype and keeps that copy for the backward."""
+        if not self.dtypes:
+            return self.param_bytes != self.compute_bytes
+        return self.dtype("param_init_type") != self.dtype("compute_dtype")
+
+    def dtype(self, key: str) -> str:
+        return dict(self.dtypes).get(key, DEFAULT_DTYPES.get(key, ""))
 
     @property
     def head_dim(self) -> int:
@@ -77,29 +108,82 @@ def ffn_width(hidden: int, multiple_of: int, intermediate_size: int | None, mult
     return multiple_of * ((width + multiple_of - 1) // multiple_of)
 
 
+_REQUIRED = ("num_layers", "hidden_size", "num_heads", "vocab_size", "seq_length")
+_POSITIVE = ("n_kv_heads", "intermediate_size", "multiple_of", "batch_size")
+
+
 def read_spec(source: Source, issues: list[ConfigIssue]) -> tuple[ModelSpec, ParallelSpec, OptimizerSpec] | None:
     model = source.get(("model", "model_config")) or {}
-    missing = [key for key in ("num_layers", "hidden_size", "num_heads", "vocab_size", "seq_length")
-               if not isinstance(model.get(key), int)]
-    for key in missing:
-        issues.append(source.issue(("model", "model_config", key), "missing: the estimate needs it",
-                                   f"set model.model_config.{key}"))
-    if missing:
+    if not isinstance(model, dict):
+        model = {}
+    before = len(issues)
+    for key in _REQUIRED:
+        value = model.get(key)
+        if value is None:
+            issues.append(source.issue(("model", "model_config", key), "missing: the estimate needs it",
+                                       f"set model.model_config.{key}"))
+        elif not _positive_int(value):
+            issues.append(source.issue(("model", "model_config", key), f"expected a positive integer, got {value!r}",
+                                       "the estimate needs the model's size"))
+    for key in _POSITIVE:
+        value = model.get(key)
+        if value is not None and not _positive_int(value):
+            issues.append(source.issue(("model", "model_config", key), f"expected a positive integer, got {value!r}",
+                                       f"remove {key} or set a positive integer"))
+    _check_heads(source, model, issues)
+    _check_dtypes(source, model, issues)
+    if len(issues) > before:
         return None
     return _model(source, model), _parallel(source), _optimizer(source)
 
 
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _check_heads(source: Source, model: dict[str, Any], issues: list[ConfigIssue]) -> None:
+    hidden, heads, kv = model.get("hidden_size"), model.get("num_heads"), model.get("n_kv_heads")
+    if _positive_int(hidden) and _positive_int(heads) and hidden % heads:
+        issues.append(source.issue(("model", "model_config", "num_heads"),
+                                   f"hidden_size {hidden} is not a multiple of num_heads {heads}",
+                                   "choose num_heads dividing hidden_size"))
+    if _positive_int(heads) and _positive_int(kv) and heads % kv:
+        issues.append(source.issue(("model", "model_config", "n_kv_heads"),
+                                   f"num_heads {heads} is not a multiple of n_kv_heads {kv}",
+                                   "choose n_kv_heads dividing num_heads"))
+
+
+def _check_dtypes(source: Source, model: dict[str, Any], issues: list[ConfigIssue]) -> None:
+    for key in DEFAULT_DTYPES:
+        value = model.get(key)
+        if value is not None and _dtype_name(value) not in DTYPE_BYTES:
+            issues.append(source.issue(("model", "model_config", key), f"unknown dtype {value!r}",
+                                       f"use one of {', '.join(DTYPE_BYTES)}"))
+
+
+def resolved_dtypes(model: dict[str, Any]) -> dict[str, str]:
+    """Every dtype key of the model, MindFormers' default where the YAML has none."""
+    return {key: _dtype_name(model[key]) if model.get(key) is not None else default
+            for key, default in DEFAULT_DTYPES.items()}
+
+
+def _dtype_name(value: Any) -> str:
+    return str(value).replace("mstype.", "").strip()
+
+
 def _model(source: Source, model: dict[str, Any]) -> ModelSpec:
     hidden, heads = model["hidden_size"], model["num_heads"]
+    dtypes = resolved_dtypes(model)
     return ModelSpec(
         num_layers=model["num_layers"], hidden=hidden, heads=heads, kv_heads=model.get("n_kv_heads") or heads,
         ffn=ffn_width(hidden, model.get("multiple_of", 256), model.get("intermediate_size"),
                       model.get("ffn_dim_multiplier")),
         vocab=model["vocab_size"], seq=model["seq_length"],
         batch=source.get(("runner_config", "batch_size")) or model.get("batch_size", 1),
-        compute_bytes=_bytes(model.get("compute_dtype", "float16")),
-        param_bytes=_bytes(model.get("param_init_type", "float16")),
-        softmax_bytes=_bytes(model.get("softmax_compute_type", "float32")),
+        compute_bytes=DTYPE_BYTES[dtypes["compute_dtype"]], param_bytes=DTYPE_BYTES[dtypes["param_init_type"]],
+        softmax_bytes=DTYPE_BYTES[dtypes["softmax_compute_type"]],
+        layernorm_bytes=DTYPE_BYTES[dtypes["layernorm_compute_type"]], rotary_bytes=DTYPE_BYTES[dtypes["rotary_dtype"]],
+        dtypes=tuple(sorted(dtypes.items())),
         flash_attention=bool(model.get("use_flash_attention", False)),
         tie_embeddings=bool(model.get("tie_word_embeddings", False)))
 
@@ -119,6 +203,3 @@ def _optimizer(source: Source) -> OptimizerSpec:
     kind = str(source.get(("optimizer", "type"), "AdamW"))
     return OptimizerSpec(kind=kind, state_bytes=_OPTIMIZER_STATES.get(kind.lower(), 8))
 
-
-def _bytes(dtype: Any) -> int:
-    return DTYPE_BYTES.get(str(dtype).replace("mstype.", ""), 2)

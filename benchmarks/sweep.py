@@ -1,0 +1,300 @@
+"""(e) The CPU estimator on a generated sweep of Llama configs, against measured memory-pool peaks.
+
+The sweep is generated from a fixed seed, so the same command always yields the same configs:
+layers 2-8, hidden 64-1024, heads and n_kv_heads (grouped-query attention), seq 32-1024,
+batch 1-8, vocab 64-32000, the FFN width given by `intermediate_size` or by `multiple_of`
+(with or without `ffn_dim_multiplier`), seven dtype settings (MindFormers' defaults when the
+keys are absent) and eight recompute forms. Configs come in pairs with the same dtype setting
+and recompute form but different shapes: the first of each pair is in the `build` half (looked
+at while building the estimator), the second in the `held-out` half. Shapes are drawn so that
+one training run stays under ~4 GiB and the whole sweep trains in about 15 minutes here.
+
+    python benchmarks/sweep.py measure [--only NAME ...]   # train each config, write the data file
+    python benchmarks/sweep.py compare                     # estimator against the data file
+    python benchmarks/run.py --only sweep [--remeasure]    # the same through the benchmark runner
+
+Measured peaks live in `benchmarks/data/sweep_peaks.json` (the pool prints whole MiB); `compare`
+needs no training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+BASE_CONFIG = REPO / "configs" / "llama_tiny.yaml"
+DATA = REPO / "benchmarks" / "data" / "sweep_peaks.json"
+PINNED_DATA = REPO / "tests" / "data" / "estimate" / "mixed_precision_peaks.json"
+SEED = 20261128  # the first seed from 20261123 whose sweep reaches every end of every range
+PAIRS = 16
+STEPS = 1
+TARGET, AIM = 0.05, 0.03
+
+DTYPE_KEYS = ("compute_dtype", "layernorm_compute_type", "softmax_compute_type", "rotary_dtype", "param_init_type")
+# name -> the dtype keys written into model_config (absent keys take MindFormers' defaults)
+DTYPES: dict[str, dict[str, str]] = {
+    "defaults": {},
+    "float32": dict.fromkeys(DTYPE_KEYS, "float32"),
+    "fp16 compute, fp32 params": {"compute_dtype": "float16", "param_init_type": "float32"},
+    "fp16 everywhere": dict.fromkeys(DTYPE_KEYS, "float16"),
+    "fp16, softmax fp16": {"compute_dtype": "float16", "softmax_compute_type": "float16"},
+    "fp16, norm and rotary fp16": {"compute_dtype": "float16", "layernorm_compute_type": "float16",
+                                   "rotary_dtype": "float16", "param_init_type": "float32"},
+    "fp32 compute, fp16 params": {"compute_dtype": "float32", "param_init_type": "float16"},
+}
+OFF = {"recompute": False, "select_recompute": False, "select_comm_recompute": False}
+RECOMPUTE: dict[str, dict[str, Any]] = {
+    "none": dict(OFF),
+    "full": {**OFF, "recompute": True},
+    "full, first 2 layers": {**OFF, "recompute": [2]},
+    "select feed_forward": {**OFF, "select_recompute": {"feed_forward": True}},
+    "select attention": {**OFF, "select_recompute": {"attention": True}},
+    "select default primitives": {**OFF, "select_recompute": True},
+    "select feed_forward, exclude mul": {**OFF, "select_recompute": {"feed_forward": True},
+                                         "select_recompute_exclude": {r"feed_forward\.mul": True}},
+    "select feed_forward+attention, first layer": {**OFF, "select_recompute": {"feed_forward": [1],
+                                                                               "attention": [1]}},
+}
+HIDDEN = (64, 128, 192, 256, 384, 512, 768, 1024)
+SEQ = (32, 64, 128, 256, 512, 1024)
+VOCAB = (64, 256, 1000, 4096, 8000, 16000, 32000)
+MAX_TRAIN_GFLOP = 60.0
+MAX_FP32_PEAK = 1.5 * 2**30          # with mixed-precision copies this stays well under 4 GiB
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    name: str
+    half: str                        # "build" or "held-out"
+    dtype: str
+    recompute: str
+    model: dict[str, Any] = field(default_factory=dict)
+
+    def document(self) -> dict[str, Any]:
+        """The training YAML: the shipped tiny config with this shape, dtypes and recompute_config."""
+        document = yaml.safe_load(BASE_CONFIG.read_text())
+        model = document["model"]["model_config"]
+        for key in DTYPE_KEYS:
+            model.pop(key, None)
+        model.update(self.model)
+        model.update(DTYPES[self.dtype])
+        document["runner_config"]["batch_size"] = self.model["batch_size"]
+        document["recompute_config"] = dict(RECOMPUTE[self.recompute])
+        return document
+
+    def write(self, path: Path) -> Path:
+        path.write_text(yaml.safe_dump(self.document(), sort_keys=False))
+        return path
+
+
+# The configs the tests pin (tests/test_estimate_mixed.py): the Llama of the estimator's known
+# mixed-precision gap (4 layers, hidden 512, seq 256, batch 4, vocab 1024) with MindFormers'
+# default dtypes under each recompute form, and the two other float16/float32 mixes.
+_PINNED_SHAPE = {"num_layers": 4, "hidden_size": 512, "num_heads": 8, "seq_length": 256, "batch_size": 4,
+                 "vocab_size": 1024, "multiple_of": 256}
+PINNED = [SweepConfig(name=f"p{index}", half="pinned", dtype=dtype, recompute=form, model=dict(_PINNED_SHAPE))
+          for index, (dtype, form) in enumerate([
+              ("defaults", "none"), ("defaults", "full"), ("defaults", "select feed_forward"),
+              ("defaults", "full, first 2 layers"), ("defaults", "select feed_forward, exclude mul"),
+              ("fp16 compute, fp32 params", "select attention"), ("fp32 compute, fp16 params", "none"),
+              ("float32", "none"), ("float32", "full"), ("float32", "select feed_forward")])]
+
+
+def generate() -> list[SweepConfig]:
+    rng = random.Random(SEED)
+    configs = []
+    dtypes, forms = list(DTYPES), list(RECOMPUTE)
+    for pair in range(PAIRS):
+        dtype, form = dtypes[pair % len(dtypes)], forms[pair % len(forms)]
+        for half in ("build", "held-out"):
+            model = _shape(rng)
+            configs.append(SweepConfig(name=f"s{len(configs):02d}", half=half, dtype=dtype, recompute=form,
+                                       model=model))
+    return configs
+
+
+def _shape(rng: random.Random) -> dict[str, Any]:
+    while True:
+        hidden = rng.choice(HIDDEN)
+        head_dim = rng.choice([d for d in (16, 32, 64, 128) if d <= hidden // 2])
+        heads = hidden // head_dim
+        kv_heads = rng.choice([k for k in (heads, heads // 2, heads // 4, 1) if k >= 1 and heads % k == 0])
+        model = {"num_layers": rng.randint(2, 8), "hidden_size": hidden, "num_heads": heads,
+                 "seq_length": rng.choice(SEQ), "batch_size": rng.randint(1, 8), "vocab_size": rng.choice(VOCAB)}
+        if kv_heads != heads:
+            model["n_kv_heads"] = kv_heads
+        model.update(_ffn(rng, hidden))
+        if _affordable(model):
+            return model
+
+
+def _ffn(rng: random.Random, hidden: int) -> dict[str, Any]:
+    kind = rng.choice(("multiple_of", "multiplier", "intermediate"))
+    if kind == "intermediate":
+        return {"intermediate_size": rng.choice((2, 3, 4)) * hidden + rng.choice((0, 8, 40))}
+    ffn = {"multiple_of": rng.choice((16, 32, 64, 256))}
+    if kind == "multiplier":
+        ffn["ffn_dim_multiplier"] = rng.choice((1.0, 1.3))
+    return ffn
+
+
+def _affordable(model: dict[str, Any]) -> bool:
+    from mf_memopt.estimate.spec import ffn_width
+
+    h, s, b, v, layers = (model[key] for key in ("hidden_size", "seq_length", "batch_size", "vocab_size",
+                                                 "num_layers"))
+    f = ffn_width(h, model.get("multiple_of", 256), model.get("intermediate_size"), model.get("ffn_dim_multiplier"))
+    per_layer = 2 * b * s * (4 * h * h + 3 * h * f) + 4 * b * s * s * h
+    gflop = 3 * (layers * per_layer + 2 * b * s * h * v) / 1e9
+    heads = model["num_heads"]
+    activations = 4 * layers * b * (heads * s * s + 5 * s * f + 8 * s * h) + 16 * b * s * v
+    params = 4 * (layers * (4 * h * h + 3 * h * f) + 2 * v * h)
+    return gflop <= MAX_TRAIN_GFLOP and activations + 3 * params <= MAX_FP32_PEAK and s * b <= 4096
+
+
+# --- measuring -------------------------------------------------------------------------------------------
+
+
+def measure(only: list[str] | None = None, *, pinned: bool = False) -> None:
+    """Train each config (or the tests' pinned configs) and record its pool peak in the data file."""
+    from mf_memopt.estimate.measure import MeasureError, measure_peak
+
+    target = PINNED_DATA if pinned else DATA
+    data = _load(target)
+    entries = {entry["name"]: entry for entry in data.get("configs", [])}
+    with tempfile.TemporaryDirectory(prefix="mf_memopt_sweep_") as tmp:
+        for config in PINNED if pinned else generate():
+            if only and config.name not in only:
+                continue
+            path = config.write(Path(tmp) / f"{config.name}.yaml")
+            print(f"training {config.name} ({config.half}; {config.dtype}; {config.recompute}) ...",
+                  file=sys.stderr, flush=True)
+            entry = _entry(config)
+            try:
+                entry["measured_mib"] = measure_peak(path, steps=STEPS).peak_bytes / 2**20
+            except MeasureError as error:
+                entry["error"] = str(error)
+                print(f"  failed: {error}", file=sys.stderr)
+            entries[config.name] = entry
+            _save(data, entries, target)
+
+
+def _entry(config: SweepConfig) -> dict[str, Any]:
+    return {"name": config.name, "half": config.half, "dtype": config.dtype, "recompute": config.recompute,
+            "model": config.model}
+
+
+def _load(path: Path = DATA) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _save(data: dict[str, Any], entries: dict[str, dict[str, Any]], path: Path = DATA) -> None:
+    import mindformers
+    import mindspore
+
+    data.update({"about": "MindSpore memory-pool peak (MiB, whole MiB as printed) of each sweep config trained "
+                          f"{STEPS} step(s) by run_mindformer_memopt.py on the CPU backend; regenerate with "
+                          f"`python benchmarks/sweep.py measure{' --pinned' if path == PINNED_DATA else ''}`",
+                 "seed": SEED, "mindspore": mindspore.__version__, "mindformers": mindformers.__version__,
+                 "launcher": _launcher_revision(),
+                 "configs": [entries[name] for name in sorted(entries)]})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def _launcher_revision() -> str:
+    import subprocess
+
+    done = subprocess.run(["git", "log", "-1", "--format=%h %cs", "--", "mf_memopt/launch.py", "mf_memopt/train.py",
+                           "mf_memopt/session.py"], cwd=REPO, capture_output=True, text=True)
+    return done.stdout.strip() or "unknown"
+
+
+# --- comparing -------------------------------------------------------------------------------------------
+
+
+def compare(remeasure: bool = False) -> float:
+    """Print the estimator against the data file; return the worst held-out error."""
+    from benchmarks.common import print_table
+
+    if remeasure or not DATA.exists():
+        measure()
+    data = _load()
+    measured = {entry["name"]: entry for entry in data["configs"]}
+    rows, errors = [], {"build": [], "held-out": []}
+    with tempfile.TemporaryDirectory(prefix="mf_memopt_sweep_") as tmp:
+        for config in generate():
+            entry = measured.get(config.name)
+            if entry is None or "measured_mib" not in entry:
+                rows.append(_row(config, None, None, entry.get("error", "not measured") if entry else "not measured",
+                                 "", ""))
+                continue
+            estimated, term = _estimate(config.write(Path(tmp) / f"{config.name}.yaml"))
+            error = (estimated - entry["measured_mib"]) / entry["measured_mib"]
+            errors[config.half].append(abs(error))
+            rows.append(_row(config, entry["measured_mib"], estimated, f"{error:+.1%}", term,
+                             f"{estimated - entry['measured_mib']:+.1f}"))
+    print_table(f"(e) sweep: estimate --runtime cpu against the measured memory-pool peak (MiB); data "
+                f"{DATA.relative_to(REPO)} (MindSpore {data.get('mindspore')}, launcher {data.get('launcher')})",
+                ("config", "half", "layers", "h", "n/kv", "s", "b", "v", "f", "dtypes", "recompute", "measured",
+                 "estimated", "error", "MiB off", "estimated peak at"), rows)
+    for half, values in errors.items():
+        if values:
+            print(f"{half}: {len(values)} configs, worst {max(values):.1%}, median {statistics.median(values):.1%}, "
+                  f"within {TARGET:.0%}: {sum(value <= TARGET for value in values)}/{len(values)}, "
+                  f"within {AIM:.0%}: {sum(value <= AIM for value in values)}/{len(values)}")
+    return max(errors["held-out"], default=float("nan"))
+
+
+def _estimate(path: Path) -> tuple[float, str]:
+    from mf_memopt.estimate import estimate_config
+
+    stage = estimate_config(path, runtime="cpu").stages[0]
+    return stage.peak.peak / 2**20, stage.peak.checkpoint
+
+
+def _row(config: SweepConfig, measured, estimated, error: str, term: str, off: str) -> list[str]:
+    from mf_memopt.estimate.spec import ffn_width
+
+    m = config.model
+    f = ffn_width(m["hidden_size"], m.get("multiple_of", 256), m.get("intermediate_size"), m.get("ffn_dim_multiplier"))
+    return [config.name, config.half, str(m["num_layers"]), str(m["hidden_size"]),
+            f"{m['num_heads']}/{m.get('n_kv_heads', m['num_heads'])}", str(m["seq_length"]), str(m["batch_size"]),
+            str(m["vocab_size"]), str(f), config.dtype, config.recompute,
+            "-" if measured is None else f"{measured:.0f}", "-" if estimated is None else f"{estimated:.1f}",
+            error, off, term]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("measure", help="train every sweep config and record its pool peak")
+    run.add_argument("--only", nargs="*", help="config names (s00, s01, ...) to re-measure")
+    run.add_argument("--pinned", action="store_true", help="measure the configs the tests pin instead "
+                                                           f"(writes {PINNED_DATA.relative_to(REPO)})")
+    commands.add_parser("compare", help="the estimator against the recorded peaks")
+    commands.add_parser("list", help="print the generated configs")
+    args = parser.parse_args(argv)
+    if args.command == "measure":
+        measure(args.only, pinned=args.pinned)
+    elif args.command == "list":
+        for config in generate():
+            print(config.name, config.half, config.dtype, "|", config.recompute, "|", config.model)
+    else:
+        compare()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO))
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""`estimate CONFIG --measure`: the estimate next to the peak of a real training run, per stage.
+
+The user's way to check the model on their own config (and the planner's closed loop):
+the config is estimated, checked against what the backend can run (before anything is
+compiled), trained for a few steps by the launcher in a child process, and the measured peak
+is printed next to the prediction with the relative error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import raise_if_errors
+from ..source import load_source
+from .core import Estimate, estimate_config
+from .measure import Measurement, MeasureError, measure_peak
+from .transfer import Hardware
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageCheck:
+    stage: int
+    predicted_bytes: int
+    measured_bytes: int | None      # None: this stage was not run by the single training process
+
+    @property
+    def error(self) -> float | None:
+        if not self.measured_bytes:
+            return None
+        return (self.predicted_bytes - self.measured_bytes) / self.measured_bytes
+
+    def to_dict(self) -> dict:
+        return {"stage": self.stage, "predicted_bytes": self.predicted_bytes, "measured_bytes": self.measured_bytes,
+                "error": self.error}
+
+
+def device_runtime(config: str | Path) -> str:
+    """cpu for a config whose context.device_target is CPU, else ascend."""
+    target = load_source(config).get(("context", "device_target"), "Ascend")
+    return "cpu" if str(target).upper() == "CPU" else "ascend"
+
+
+def check_backend(config: str | Path, runtime: str) -> None:
+    """Refuse settings the backend cannot run, before the child compiles anything."""
+    try:
+        from ..backend import backend_issues
+    except ImportError:          # older trees: the child's own error is relayed instead
+        return
+    source = load_source(config)
+    target = "CPU" if runtime == "cpu" else "Ascend"
+    raise_if_errors(backend_issues(source.get(("model", "model_config")), target, source=source))
+
+
+def compare(estimate: Estimate, measurement: Measurement) -> list[StageCheck]:
+    """Stage 0 is what one training process measures; later pipeline stages need msrun."""
+    return [StageCheck(stage=stage.stage, predicted_bytes=stage.peak.peak,
+                       measured_bytes=measurement.peak_bytes if stage.stage == 0 else None)
+            for stage in estimate.stages]
+
+
+def measure_and_compare(config: str | Path, *, runtime: str | None, hardware: Hardware, steps: int,
+                        as_json: bool) -> int:
+    runtime = runtime or device_runtime(config)
+    estimate = estimate_config(config, runtime=runtime, hardware=hardware)
+    check_backend(config, runtime)
+    print(f"training {Path(config).name} for {steps} step(s) with the launcher ({runtime}) ...", file=sys.stderr,
+          flush=True)
+    try:
+        measurement = measure_peak(config, runtime=runtime, steps=steps)
+    except MeasureError as error:
+        print(f"estimate --measure: {error}", file=sys.stderr)
+        return 1
+    checks = compare(estimate, measurement)
+    if as_json:
+        print(json.dumps({"config": str(config), "runtime": runtime, "steps": steps,
+                          "measurement": measurement.to_dict(), "stages": [check.to_dict() for check in checks],
+                          "estimate": estimate.to_dict()}, indent=2))
+    else:
+        print(check_text(estimate, measurement, checks))
+    return 0
+
+
+def check_text(estimate: Estimate, measurement: Measurement, checks: list[StageCheck]) -> str:
+    what = "memory-pool peak" if measurement.runtime == "cpu" else "MindSpore memory statistics (peak)"
+    rows = [["stage", "predicted", "measured", "error", "predicted peak at"]]
+    for check, stage in zip(checks, estimate.stages):
+        measured = "-" if check.measured_bytes is None else f"{check.measured_bytes / 2**20:.0f} MiB"
+        error = "not run (pipeline stage > 0)" if check.error is None else f"{check.error:+.1%}"
+        rows.append([str(check.stage), f"{check.predicted_bytes / 2**20:.1f} MiB", measured, error,
+                     stage.peak.checkpoint])
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    lines = [f"{Path(estimate.config).name}: {estimate.runtime} runtime, {measurement.steps} training step(s); "
+             f"measured: {what} (whole MiB)", ""]
+    lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines)

@@ -1,0 +1,116 @@
+"""Measure a config's real peak: train it with the launcher in a child process and read the peak.
+
+CPU: MindSpore prints its memory-pool state at exit when the PRE_ACT submodule logs at INFO
+(`GLOG_v=2 MS_SUBMODULE_LOG_v="{PRE_ACT:1}"`): `DumpDynamicMemPoolStateInfo] ... peak used
+mem:NNNM` (whole MiB, truncated). Ascend: with `MS_MEMORY_STATISTIC=1` MindSpore prints its
+device memory statistics at the end of the run, among them `Actual peak memory usage` (MiB).
+
+The child is the project's launcher (`run_mindformer_memopt.py --config X --run_mode train
+--train_steps N --output_dir TMP`) in a temporary directory. A failed child is reported by
+its own last error line, never by its whole traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+CPU_PEAK = re.compile(r"DumpDynamicMemPoolStateInfo\].*?peak used mem:(\d+)M")
+ASCEND_PEAK = re.compile(r"[Aa]ctual peak memory usage[^0-9]*([0-9.]+)\s*M")
+LAUNCHER = Path(__file__).resolve().parents[2] / "run_mindformer_memopt.py"
+_LAUNCH_INLINE = "import sys; from mf_memopt.launch import main; sys.exit(main())"
+
+
+class MeasureError(RuntimeError):
+    """The training child failed or printed no peak; the message is short and says why."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Measurement:
+    config: str
+    runtime: str
+    steps: int
+    peak_bytes: int                 # MindSpore's figure, whole MiB
+    source: str                     # which log line it was read from
+
+    def to_dict(self) -> dict:
+        return {"config": self.config, "runtime": self.runtime, "steps": self.steps, "peak_bytes": self.peak_bytes,
+                "peak_mib": self.peak_bytes / 2**20, "source": self.source}
+
+
+def measure_peak(config: str | Path, *, runtime: str = "cpu", steps: int = 1, timeout: float | None = 1800,
+                 workdir: str | Path | None = None) -> Measurement:
+    """Train `config` for `steps` steps in a child process and return MindSpore's peak."""
+    if steps < 1:
+        raise MeasureError(f"--steps must be at least 1, got {steps}")
+    config = Path(config).resolve()
+    with tempfile.TemporaryDirectory(prefix="mf_memopt_measure_", dir=workdir) as tmp:
+        log = _train(config, runtime, steps, Path(tmp), timeout)
+    peak, source = _peak(log, runtime)
+    return Measurement(config=str(config), runtime=runtime, steps=steps, peak_bytes=peak, source=source)
+
+
+def child_command(config: Path, steps: int, output_dir: Path) -> list[str]:
+    head = [sys.executable, str(LAUNCHER)] if LAUNCHER.is_file() else [sys.executable, "-c", _LAUNCH_INLINE]
+    return [*head, "--config", str(config), "--run_mode", "train", "--train_steps", str(steps),
+            "--output_dir", str(output_dir), "--train_dataset_dir", str(output_dir / "data" / "tokens.mindrecord")]
+
+
+def child_environment(runtime: str, work: Path) -> dict[str, str]:
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])),
+           "LOG_MF_PATH": str(work / "mindformers_log")}
+    if runtime == "cpu":
+        env.update({"GLOG_v": "2", "MS_SUBMODULE_LOG_v": "{PRE_ACT:1}"})
+    else:
+        env.update({"MS_MEMORY_STATISTIC": "1", "GLOG_v": env.get("GLOG_v", "2")})
+    return env
+
+
+def _train(config: Path, runtime: str, steps: int, work: Path, timeout: float | None) -> str:
+    command = child_command(config, steps, work / "output")
+    try:
+        done = subprocess.run(command, cwd=work, env=child_environment(runtime, work), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as error:
+        raise MeasureError(f"training {config.name} did not finish within {timeout:.0f} s") from error
+    if done.returncode != 0:
+        raise MeasureError(f"training {config.name} failed (exit {done.returncode}): {failure_summary(done.stdout)}")
+    return done.stdout
+
+
+def _peak(log: str, runtime: str) -> tuple[int, str]:
+    pattern = CPU_PEAK if runtime == "cpu" else ASCEND_PEAK
+    found = pattern.findall(log)
+    if not found:
+        what = "memory-pool peak (DumpDynamicMemPoolStateInfo)" if runtime == "cpu" else \
+            "memory statistics (Actual peak memory usage, MS_MEMORY_STATISTIC=1)"
+        raise MeasureError(f"the training run printed no {what}; last lines:\n{_tail(log, 8)}")
+    return round(float(found[-1]) * 2**20), pattern.pattern
+
+
+_ERROR_LINE = re.compile(r"^(?:[\w.]*(?:Error|Exception)\b.*|.*ConfigError.*|\S+:\d+: .*)$")
+
+
+def failure_summary(log: str) -> str:
+    """The lines that say why a child failed: a ConfigError's issue lines, else the exception line."""
+    lines = [line.rstrip() for line in log.splitlines() if line.strip()]
+    issues = [line for line in lines if re.match(r"^\S+\.ya?ml:\d+: ", line)]
+    if issues:
+        return "\n".join(issues)
+    errors = [line for line in lines if _ERROR_LINE.match(line) and not line.startswith("Traceback")]
+    if errors:
+        first = errors[-1]
+        detail = next((line.strip() for line in lines[lines.index(first) + 1:]
+                       if line.strip().startswith("-") or "fail" in line.lower()), "")
+        return first[:400] + (f" {detail[:300]}" if detail else "")
+    return _tail(log, 5)
+
+
+def _tail(text: str, count: int) -> str:
+    return "\n".join(text.splitlines()[-count:])

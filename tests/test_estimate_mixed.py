@@ -1,0 +1,145 @@
+"""The CPU estimate on mixed-precision configs, against memory-pool peaks measured here.
+
+The peaks are data (`tests/data/estimate/mixed_precision_peaks.json`), written by
+`python benchmarks/sweep.py measure --pinned`, which trains each config with the launcher;
+nothing here is typed by hand. The configs are the Llama on which the estimate used to be
+12-46% low (4 layers, hidden 512, seq 256, batch 4, vocab 1024) with MindFormers' default
+dtypes under each recompute form, and the other float16/float32 mixes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.sweep import PINNED, PINNED_DATA
+from mf_memopt.cli import main
+from mf_memopt.errors import ConfigError
+from mf_memopt.estimate import estimate_config
+from mf_memopt.estimate.measure import failure_summary
+
+TOLERANCE = 0.05
+# Configs the estimate misses by more than 5%, with the bound they must stay within and the
+# term that is off (benchmarks/README.md, section (d)). A model change that fixes one must
+# remove it here: the second test below fails otherwise.
+KNOWN_RESIDUALS: dict[str, tuple[float, str]] = {
+    "p8": (0.25, "float32 model under full recompute: the decayed float32 parameters of AdamW (56 MiB) seem to be "
+                 "only partly held at the backward of the first layer (+32 MiB)"),
+}
+MEASURED = {entry["name"]: entry for entry in json.loads(PINNED_DATA.read_text())["configs"]}
+
+
+def _error(config, tmp_path: Path) -> float:
+    measured = MEASURED[config.name]["measured_mib"]
+    estimated = estimate_config(_write(tmp_path, config), runtime="cpu").stages[0].peak.peak / 2**20
+    return (estimated - measured) / measured
+
+
+def _write(tmp_path: Path, config) -> Path:
+    return config.write(tmp_path / f"{config.name}.yaml")
+
+
+@pytest.mark.parametrize("config", PINNED, ids=[f"{c.name}: {c.dtype}, {c.recompute}" for c in PINNED])
+def test_cpu_estimate_is_within_five_percent_of_the_measured_pool_peak(config, tmp_path):
+    bound = KNOWN_RESIDUALS.get(config.name, (TOLERANCE, ""))[0]
+    assert abs(_error(config, tmp_path)) <= bound
+
+
+def test_the_known_residuals_are_exactly_the_configs_beyond_five_percent(tmp_path):
+    beyond = {config.name for config in PINNED if abs(_error(config, tmp_path)) > TOLERANCE}
+    assert beyond == set(KNOWN_RESIDUALS)
+
+
+def test_the_recorded_configs_are_the_ones_the_tests_build():
+    assert [entry["name"] for entry in MEASURED.values()] == [config.name for config in PINNED]
+    for config in PINNED:
+        assert MEASURED[config.name]["model"] == config.model
+        assert (MEASURED[config.name]["dtype"], MEASURED[config.name]["recompute"]) == (config.dtype,
+                                                                                     config.recompute)
+
+
+def test_recompute_still_saves_under_mixed_precision(tmp_path):
+    by_name = {(c.dtype, c.recompute): c for c in PINNED}
+
+    def peak(form):
+        return estimate_config(_write(tmp_path, by_name[("defaults", form)]), runtime="cpu").stages[0].peak.peak
+
+    assert peak("full") < peak("select feed_forward") < peak("none")
+
+
+def test_default_dtypes_show_the_cast_copies_per_operator(tmp_path):
+    estimate = estimate_config(_write(tmp_path, PINNED[0]), runtime="cpu")
+    tensors = {(op["path"], op["tensor"]): op["bytes"] for op in estimate.layers[0].to_dict()["operators"]}
+    b, s, h = 4, 256, 512
+    assert tensors[("attention_norm.cast", "input cast to layernorm_compute_type")] == 4 * b * s * h
+    assert tensors[("attention_norm.mul2", "normalised input of wq/wk/wv, one float32 copy for each Linear's "
+                                           "backward")] == 3 * 4 * b * s * h
+    assert ("add", "layer output (input of the next layer)") not in tensors      # the norm keeps its fp32 copy
+    assert dict(estimate.model.dtypes)["compute_dtype"] == "float16"             # MindFormers' default
+
+
+def _yaml(tmp_path: Path, **model) -> Path:
+    config = PINNED[0].document()
+    config["model"]["model_config"].update(model)
+    path = tmp_path / "config.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def test_bfloat16_is_refused_by_the_cpu_runtime_and_modelled_by_ascend(tmp_path):
+    path = _yaml(tmp_path, compute_dtype="bfloat16")
+    with pytest.raises(ConfigError) as error:
+        estimate_config(path, runtime="cpu")
+    assert "model.model_config.compute_dtype" in error.value.render()
+    assert "bfloat16" in error.value.render()
+    assert estimate_config(path, runtime="ascend").model.compute_bytes == 2
+
+
+def test_bad_model_values_are_listed_not_crashed_on(tmp_path):
+    path = _yaml(tmp_path, num_heads=0, n_kv_heads=3, softmax_compute_type="float8")
+    with pytest.raises(ConfigError) as error:
+        estimate_config(path, runtime="cpu")
+    text = error.value.render()
+    assert "model.model_config.num_heads" in text and "0" in text     # the schema or the estimate names it
+    assert "model.model_config.softmax_compute_type" in text and "float8" in text
+
+
+def test_a_failed_training_child_is_reported_by_its_error_line_not_its_traceback():
+    log = "\n".join(["[WARNING] something", "Traceback (most recent call last):", '  File "x.py", line 1',
+                     *["    frame"] * 60, "RuntimeError: Select CPU operator[Reshape] fail! Unsupported data type!",
+                     "- The supported data types are: float32, float16"])
+    summary = failure_summary(log)
+    assert summary.startswith("RuntimeError: Select CPU operator[Reshape] fail!")
+    assert "frame" not in summary and len(summary.splitlines()) == 1
+
+
+def test_measure_rejects_a_bad_step_count(capsys):
+    with pytest.raises(SystemExit):
+        main(["estimate", "configs/llama_tiny.yaml", "--measure", "--steps", "0"])
+    assert "positive integer" in capsys.readouterr().err
+
+
+@pytest.mark.mindspore
+def test_measure_trains_the_config_and_prints_predicted_against_measured(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = PINNED[0].document()
+    config["model"]["model_config"].update(num_layers=2, hidden_size=256, num_heads=4, seq_length=128,
+                                           batch_size=4, vocab_size=256, multiple_of=16)
+    config["runner_config"]["batch_size"] = 4
+    import yaml
+
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    assert main(["estimate", str(path), "--measure", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    stage = result["stages"][0]
+    assert result["runtime"] == "cpu" and result["measurement"]["peak_bytes"] > 0
+    assert stage["measured_bytes"] == result["measurement"]["peak_bytes"]
+    assert stage["error"] == pytest.approx((stage["predicted_bytes"] - stage["measured_bytes"])
+                                           / stage["measured_bytes"])
+    assert abs(stage["error"]) <= 0.10       # this shape measured 38 MiB here; the estimate's accuracy is
+                                             # pinned above, this checks the command end to end
