@@ -45,6 +45,7 @@ def _trained(config: str, steps: int | None = 3, pool: bool = False) -> tuple[su
 
 
 def _messages(done: subprocess.CompletedProcess, start: str) -> list[str]:
+    """mf_memopt's INFO messages that start with `start`."""
     return [line.split(" - INFO - ", 1)[1] for line in done.stdout.splitlines()
             if " - INFO - " in line and line.split(" - INFO - ", 1)[1].startswith(start)]
 
@@ -77,6 +78,16 @@ def test_default_config_trains_its_dataset_and_writes_checkpoints():
         [(index, "feed_forward", {"recompute_cell": {}}) for index in range(4)]
     assert "runner_wrapper MFTrainOneStepCell runs on CPU as CPUTrainOneStepCell" in done.stdout
     assert _messages(done, "training finished after 16 step(s) of this run, loss ")
+
+
+def test_harmless_mindformers_warnings_are_one_line_on_the_console_and_kept_in_the_log():
+    done, output = _trained("configs/llama_tiny.yaml", steps=None, pool=True)
+    assert "hyper_parallel" not in done.stdout and "The input config" not in done.stdout
+    (summary,) = [line for line in _messages(done, "") if "harmless MindFormers warning(s) not shown" in line]
+    assert "optional PyNative models need the unpublished hyper_parallel package" in summary
+    assert summary.endswith(f"they are in {output}/log/rank_*/info.log")
+    info = (output / "log" / "rank_0" / "info.log").read_text()
+    assert "No module named 'hyper_parallel'" in info and "The input config" in info
 
 
 def test_resume_from_a_checkpoint_continues_where_the_run_was():
