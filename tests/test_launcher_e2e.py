@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from functools import cache
@@ -35,8 +36,9 @@ def _tokens(config: str) -> str:
 
 
 @cache
-def _trained(config: str, steps: int | None = 3, pool: bool = False) -> tuple[subprocess.CompletedProcess, Path]:
+def _trained(config: str, steps: int | None = 2, pool: bool = False) -> tuple[subprocess.CompletedProcess, Path]:
     output = WORK / f"{Path(config).stem}-{steps}"
+    shutil.rmtree(output, ignore_errors=True)              # checkpoints of an earlier session would add up
     cap = ("--train_steps", str(steps)) if steps else ()
     done = _launch("--config", config, "--run_mode", "train", *cap, "--output_dir", str(output), "--force",
                    "--train_dataset_dir", _tokens(config), env=POOL_LOG if pool else None)
@@ -82,7 +84,7 @@ def test_default_config_trains_its_dataset_and_writes_checkpoints():
 
 def test_harmless_mindformers_warnings_are_one_line_on_the_console_and_kept_in_the_log():
     done, output = _trained("configs/llama_tiny.yaml", steps=None, pool=True)
-    assert "hyper_parallel" not in done.stdout and "The input config" not in done.stdout
+    assert "No module named 'hyper_parallel'" not in done.stdout and "The input config" not in done.stdout
     (summary,) = [line for line in _messages(done, "") if "harmless MindFormers warning(s) not shown" in line]
     assert "optional PyNative models need the unpublished hyper_parallel package" in summary
     assert summary.endswith(f"they are in {output}/log/rank_*/info.log")
@@ -141,7 +143,7 @@ def test_seed_swap_cases_train_and_print_the_seed_lines(config):
     assert _messages(done, prefix) == expected
     assert "only the Ascend backend moves activations to host memory: on CPU nothing is swapped" in done.stdout
     assert "lazy_inline stays off on CPU" in done.stdout
-    assert sorted(_losses(done)) == [1, 2, 3]
+    assert sorted(_losses(done)) == [1, 2]
 
 
 def test_default_swap_strategy_runs_on_cpu_with_the_same_numbers():
