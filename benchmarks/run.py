@@ -44,13 +44,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="mf_memopt benchmarks: (a) apply time against MindFormers' "
                                      "LayerSetting, (b) memory-pool peak and step time per recompute variant, "
-                                     "(c) the memory estimator against the measured peaks, (d) recompute under "
+                                     "(c) the memory estimator against the measured peaks, (e) recompute under "
                                      "MindFormers' train-step cell with and without its optimizer branch")
     parser.add_argument("--only", choices=("apply", "memory", "calibrate", "wrapper"), help="run one of the benchmarks")
     parser.add_argument("--repeat", type=_positive, default=7, help="(a) timed runs per config (default 7)")
     parser.add_argument("--steps", type=_positive, default=10,
                         help="(b) training steps per variant (default 10)")
-    parser.add_argument("--config", type=Path, help="(b), (d) training YAML (default configs/llama_tiny.yaml)")
+    parser.add_argument("--config", type=Path, help="(b), (e) training YAML (default configs/llama_tiny.yaml)")
     parser.add_argument("--profile", action="store_true",
                         help="(a) print a cProfile of mf_memopt's apply_plan per config, no timings")
     return parser

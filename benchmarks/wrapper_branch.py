@@ -1,4 +1,4 @@
-"""(d) Why the launcher trains with CPUTrainOneStepCell: recompute under MindFormers' training step.
+"""(e) Why the launcher trains with CPUTrainOneStepCell: recompute under MindFormers' training step.
 
 MindFormers' MFTrainOneStepCell runs the optimizer under `if not overflow:`, a branch on a
 tensor. On the CPU backend that branch makes recompute save nothing, or worse: the pool peak
@@ -45,7 +45,7 @@ def run(config: Path) -> None:
                 peaks[name] = parse_log(name, log).peak_mb
             base = peaks[RECOMPUTE[0]]
             rows.append([cell, *(f"{peaks[name]} ({ratio(peaks[name], base)})" for name in RECOMPUTE)])
-    print_table(f"(d) memory-pool peak (MB) by train-step cell, {config.name}, {STEPS} steps; {load}",
+    print_table(f"(e) memory-pool peak (MB) by train-step cell, {config.name}, {STEPS} steps; {load}",
                 ("train-step cell", *RECOMPUTE), rows)
 
 

@@ -49,15 +49,26 @@ def _parser() -> argparse.ArgumentParser:
     estimate.add_argument("--json", action="store_true", help="print the estimate as JSON (bytes, seconds)")
     estimate.add_argument("--png", help="write a chart to this PNG file")
     estimate.add_argument("--device-memory", default="64GiB", help="device memory per card (default 64GiB)")
-    estimate.add_argument("--tflops", type=float, default=DEFAULT_TFLOPS,
+    estimate.add_argument("--tflops", type=_positive, default=DEFAULT_TFLOPS,
                           help=f"sustained fp16/bf16 TFLOPS of one device (default {DEFAULT_TFLOPS:g})")
-    estimate.add_argument("--host-bandwidth", type=float, default=DEFAULT_HOST_GBPS,
+    estimate.add_argument("--host-bandwidth", type=_positive, default=DEFAULT_HOST_GBPS,
                           help=f"device<->host GB/s per direction (default {DEFAULT_HOST_GBPS:g})")
     estimate.add_argument("--runtime", choices=("ascend", "cpu"), default="ascend",
                           help="ascend: device memory of an Ascend run; cpu: the MindSpore memory-pool peak of this "
                                "project's CPU launcher (for calibration)")
     estimate.set_defaults(run=_estimate)
     return parser
+
+
+def _positive(text: str) -> float:
+    """A finite number > 0 (a throughput the estimate divides by)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
 
 
 def _print_warnings(plan: Plan) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from .checks import context_issues
 from .errors import ConfigError, ConfigIssue, key_path, raise_if_errors, unique
+from .modelcheck import model_issues
 from .layout import INTERLEAVE, NUM_LAYERS, OFFSET, PIPELINE_STAGE, layout_from
 from .plan import Plan
 from .resolve import resolve
@@ -32,10 +33,11 @@ def load_plan(config: str | Path | Mapping[str, Any], *, strict: bool = False) -
 
 
 def plan_source(source: Source, *, strict: bool = False) -> Plan:
-    issues = schema_issues(source)
+    issues = [*source.warnings, *schema_issues(source)]
     blocked = _blocker(issues)
     layout = None if any(blocked(path) for path in _LAYOUT_KEYS) else layout_from(source, issues)
     issues += context_issues(source)
+    issues += model_issues(source)
     rules = normalise(source, layout, issues, blocked) if layout is not None else None
     issues = unique(issues)
     raise_if_errors(issues)
@@ -49,7 +51,7 @@ def plan_source(source: Source, *, strict: bool = False) -> Plan:
 
 def _conflict_issue(source: Source, conflict) -> ConfigIssue:
     dropped = conflict.dropped.origin
-    return ConfigIssue(file=source.file, line=dropped.line, path=dropped.key,
+    return ConfigIssue(file=dropped.file or source.file, line=dropped.line, path=dropped.key,
                        message=f"conflict (--strict): {conflict.message()}",
                        hint="remove the overlap so that each layer and operator is set by one rule")
 

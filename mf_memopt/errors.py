@@ -14,6 +14,26 @@ from typing import Literal
 
 Severity = Literal["error", "warning"]
 
+MAX_SHOWN_ISSUES = 50   # a rendered error lists this many problems, then says how many more there are
+_MAX_FIELD = 2000       # characters of one rendered field (message, hint, key path, file)
+
+
+def escape(text: str) -> str:
+    """`text` with every non-printable character (newline, escape, bidi override ...) written as an escape.
+
+    User text echoed in a message (keys, patterns, tags, file names) then cannot start a new
+    output line or disguise itself.
+    """
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else char.encode("unicode_escape").decode("ascii") for char in text)
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """User text for a message: escaped, and cut to `limit` characters."""
+    text = escape(value if isinstance(value, str) else str(value))
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConfigIssue:
@@ -27,13 +47,15 @@ class ConfigIssue:
     severity: Severity = "error"
 
     def render(self) -> str:
-        where = f"{self.file}:{self.line}" if self.line is not None else self.file
-        text = f"{where}: {self.path or '<document>'}: "
+        """One line: `file:line: key.path: message (hint)`, with user text escaped."""
+        file = shown(self.file, _MAX_FIELD)
+        where = f"{file}:{self.line}" if self.line is not None else file
+        text = f"{where}: {shown(self.path, _MAX_FIELD) or '<document>'}: "
         if self.severity == "warning":
             text += "warning: "
-        text += self.message
+        text += shown(self.message, _MAX_FIELD)
         if self.hint:
-            text += f" ({self.hint})"
+            text += f" ({shown(self.hint, _MAX_FIELD)})"
         return text
 
     def to_dict(self) -> dict:
@@ -47,10 +69,14 @@ class ConfigError(ValueError):
         self.issues = tuple(sorted(issues, key=_issue_order))
         count = len(self.issues)
         header = f"{count} problem{'s' if count != 1 else ''} in the memory-optimisation config:"
-        super().__init__("\n".join([header, *(issue.render() for issue in self.issues)]))
+        super().__init__("\n".join([header, self.render()]))
 
-    def render(self) -> str:
-        return "\n".join(issue.render() for issue in self.issues)
+    def render(self, limit: int = MAX_SHOWN_ISSUES) -> str:
+        """The first `limit` problems, one per line, then how many more there are."""
+        lines = [issue.render() for issue in self.issues[:limit]]
+        if len(self.issues) > limit:
+            lines.append(f"... and {len(self.issues) - limit} more problem(s)")
+        return "\n".join(lines)
 
 
 def _issue_order(issue: ConfigIssue) -> tuple:
@@ -85,9 +111,10 @@ def key_path(parts: Sequence[str | int]) -> str:
         if isinstance(part, int):
             text += f"[{part}]"
         elif str(part).isidentifier() and not _is_pattern_key(parts, index):
-            text += f".{part}" if text else str(part)
+            name = shown(part, 120)
+            text += f".{name}" if text else name
         else:
-            text += f"[{str(part)!r}]".replace("\\\\", "\\")
+            text += f"[{shown(repr(str(part)), 120)}]".replace("\\\\", "\\")
     return text
 
 

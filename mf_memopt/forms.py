@@ -47,7 +47,7 @@ def layer_indices(value: list[int], num_layers: int, *, source: Source, path: Ke
 
 def _from_stage_counts(counts: list[int | bool], layout: Layout, source: Source, path: KeyPath,
                        issues: list[ConfigIssue]) -> frozenset[int]:
-    if not _fits(counts, layout.stages, "counts", "pipeline stage", source, path, issues,
+    if not _fits(counts, layout.stages, "counts", "pipeline stage", layout.stages_why, source, path, issues,
                  "with swap off a list gives the number of recomputed layers per pipeline stage; "
                  "to pick layers by index, set swap_config.swap: true"):
         return frozenset()
@@ -73,14 +73,14 @@ def _round_robin(count: int, layout: Layout, stage: int) -> list[int]:
 
 def _from_chunk_counts(rows: list[Any], layout: Layout, source: Source, path: KeyPath,
                        issues: list[ConfigIssue]) -> frozenset[int]:
-    if not _fits(rows, layout.chunks, "rows", "interleave chunk", source, path, issues,
+    if not _fits(rows, layout.chunks, "rows", "interleave chunk", layout.chunks_why, source, path, issues,
                  "a 2-D list has one row per pp_interleave_num chunk and one count per pipeline stage"):
         return frozenset()
     grid = [[0] * layout.stages for _ in range(layout.chunks)]
     for chunk, row in enumerate(rows):
         if isinstance(row, bool):
             row = [row] * layout.stages
-        elif not _fits(row, layout.stages, "counts", "pipeline stage", source, (*path, chunk), issues,
+        elif not _fits(row, layout.stages, "counts", "pipeline stage", layout.stages_why, source, (*path, chunk), issues,
                        "each row has one count per pipeline stage"):
             continue
         for stage, count in enumerate(row):
@@ -90,14 +90,19 @@ def _from_chunk_counts(rows: list[Any], layout: Layout, source: Source, path: Ke
     return _first_layers(grid, layout)
 
 
-def _fits(values: list, limit: int, noun: str, unit: str, source: Source, path: KeyPath,
+def _fits(values: list, limit: int, noun: str, unit: str, why: str, source: Source, path: KeyPath,
           issues: list[ConfigIssue], hint: str) -> bool:
-    """More entries than `limit` is an error; fewer is a warning, and the missing ones count 0."""
+    """More entries than `limit` is an error; fewer is a warning, and the missing ones count 0.
+
+    `why` names the keys that set `limit`, so the user sees which one to change.
+    """
+    because = f" ({why})" if why else ""
     if len(values) > limit:
-        issues.append(source.issue(path, f"has {len(values)} {noun} but there are {limit} {unit}(s)", hint))
+        issues.append(source.issue(path, f"has {len(values)} {noun} but there are {limit} {unit}(s)"
+                                   + (f": {why}" if why else ""), hint))
         return False
     if len(values) < limit:
-        issues.append(source.issue(path, f"has {len(values)} {noun} for {limit} {unit}s; the missing "
+        issues.append(source.issue(path, f"has {len(values)} {noun} for {limit} {unit}s{because}; the missing "
                                    f"{unit}s get 0", f"give one per {unit}", severity="warning"))
     return True
 

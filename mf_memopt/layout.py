@@ -30,6 +30,8 @@ class Layout:
     stages: int
     chunks: int
     chunk_sizes: tuple[tuple[int, ...], ...]
+    stages_why: str = ""      # which keys set `stages` and `chunks`, for messages that depend on them
+    chunks_why: str = ""
 
     @classmethod
     def even(cls, num_layers: int, stages: int = 1, chunks: int = 1) -> Layout:
@@ -83,11 +85,30 @@ def layout_from(source: Source, issues: list[ConfigIssue]) -> Layout | None:
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (num_layers, stages, chunks)):
         return None  # the schema has already reported it
     _reject_unsupported_scheduler(source, issues)
-    sizes = _chunk_sizes(source, num_layers, stages, chunks, offset, issues)
+    why = {"stages_why": _stages_why(source), "chunks_why": _chunks_why(source, chunks)}
+    sizes = _chunk_sizes(source, num_layers, stages, chunks, offset, issues, why)
     if sizes is None:
         # The offsets were reported; an even layout still lets the other keys be checked.
-        return Layout.even(num_layers, stages, chunks)
-    return Layout(num_layers=num_layers, stages=stages, chunks=chunks, chunk_sizes=sizes)
+        even = Layout.even(num_layers, stages, chunks)
+        return Layout(num_layers=num_layers, stages=stages, chunks=chunks, chunk_sizes=even.chunk_sizes, **why)
+    return Layout(num_layers=num_layers, stages=stages, chunks=chunks, chunk_sizes=sizes, **why)
+
+
+def _stages_why(source: Source) -> str:
+    stages = source.get(PIPELINE_STAGE)
+    return "parallel_config.pipeline_stage is not set" if stages is None else \
+        f"parallel_config.pipeline_stage is {stages}"
+
+
+def _chunks_why(source: Source, chunks: int) -> str:
+    """Which keys decided the number of interleave chunks, naming the one that switched it off."""
+    asked = source.get(INTERLEAVE)
+    if asked is None:
+        return "model.model_config.pp_interleave_num is not set"
+    if isinstance(asked, int) and asked > chunks:
+        return (f"model.model_config.pp_interleave_num is {asked}, but parallel.pipeline_config.pipeline_interleave "
+                "is not true, so each stage has 1 chunk")
+    return f"model.model_config.pp_interleave_num is {asked}"
 
 
 def _interleave(source: Source, issues: list[ConfigIssue]) -> Any:
@@ -111,14 +132,14 @@ def _reject_unsupported_scheduler(source: Source, issues: list[ConfigIssue]) -> 
 
 
 def _chunk_sizes(source: Source, num_layers: int, stages: int, chunks: int, offset: Any,
-                 issues: list[ConfigIssue]) -> tuple[tuple[int, ...], ...] | None:
+                 issues: list[ConfigIssue], why: dict[str, str]) -> tuple[tuple[int, ...], ...] | None:
     total = stages * chunks
     if total == 1:
         if offset not in (0, [0], [[0]], [], None):
             issues.append(source.issue(OFFSET, "offset is ignored with a single pipeline stage",
                                        "remove it or set parallel_config.pipeline_stage", severity="warning"))
         return ((num_layers,),)
-    grid = _offset_grid(source, offset, stages, chunks, issues)
+    grid = _offset_grid(source, offset, stages, chunks, issues, why)
     if grid is None:
         return None
     base, remainder = divmod(num_layers, total)
@@ -134,7 +155,7 @@ def _chunk_sizes(source: Source, num_layers: int, stages: int, chunks: int, offs
 
 
 def _offset_grid(source: Source, offset: Any, stages: int, chunks: int,
-                 issues: list[ConfigIssue]) -> list[list[int]] | None:
+                 issues: list[ConfigIssue], why: dict[str, str]) -> list[list[int]] | None:
     if isinstance(offset, int) and not isinstance(offset, bool):
         return [[offset] * stages for _ in range(chunks)]
     if not isinstance(offset, list):
@@ -143,12 +164,12 @@ def _offset_grid(source: Source, offset: Any, stages: int, chunks: int,
         if len(offset) != chunks or any(len(row) != stages for row in offset):
             issues.append(source.issue(
                 OFFSET, f"a 2-D offset needs {chunks} rows (pp_interleave_num) of {stages} values "
-                f"(pipeline_stage), got {[len(row) for row in offset]}"))
+                f"(pipeline_stage), got {[len(row) for row in offset]}", f"{why['chunks_why']}; {why['stages_why']}"))
             return None
         return [list(row) for row in offset]
     if len(offset) != stages:
         issues.append(source.issue(
-            OFFSET, f"offset has {len(offset)} values, expected one per pipeline stage ({stages})"))
+            OFFSET, f"offset has {len(offset)} values, expected one per pipeline stage ({stages})", why["stages_why"]))
         return None
     return [list(offset) for _ in range(chunks)]
 

@@ -40,63 +40,106 @@ class _Ledger:
 
 def resolve(rules: Rules, layout: Layout, *, file: str, warnings=()) -> Plan:
     ledger = _Ledger()
-    layers = tuple(_layer_plan(rules, layout, layer, ledger) for layer in range(layout.num_layers))
-    return Plan(file=file, layout=layout, rules=rules, layers=layers, conflicts=ledger.conflicts(),
+    tables = _Tables(rules)
+    outcomes: dict[tuple, _Outcome] = {}  # layers under the same rules resolve alike: decide once
+    present = _rules_by_layer(rules, layout.num_layers)
+    layers = []
+    for layer in range(layout.num_layers):
+        signature = (layer in rules.full.layers, *present[layer])
+        outcome = outcomes.get(signature)
+        if outcome is None:
+            outcome = outcomes[signature] = tables.outcome(*signature)
+        for event in outcome.events:
+            ledger.record(*event, layer)
+        stage, chunk = layout.position(layer)
+        layers.append(LayerPlan(layer=layer, stage=stage, chunk=chunk, full_recompute=outcome.full,
+                                **outcome.uses, layer_swap=outcome.layer_swap, op_swap=outcome.op_swap))
+    return Plan(file=file, layout=layout, rules=rules, layers=tuple(layers), conflicts=ledger.conflicts(),
                 warnings=tuple(warnings))
 
 
-def _layer_plan(rules: Rules, layout: Layout, layer: int, ledger: _Ledger) -> LayerPlan:
-    stage, chunk = layout.position(layer)
-    full = rules.full.origin if layer in rules.full.layers else None
-    uses = {kind: [Use(pattern=rule.pattern, origin=rule.origin) for rule in rules.of_kind(kind)
-                   if layer in rule.layers] for kind in Kind}
-    swaps = [SwapUse(pattern=rule.pattern, prefetch=rule.prefetch, origin=rule.origin, default=rule.default)
-             for rule in rules.swaps if layer in rule.layers]
-    if full is not None:
-        full_party = Party(what="full recompute", origin=full)
-        for kind in (Kind.SELECT, Kind.COMM):
-            for use in uses[kind]:
-                ledger.record("full-recompute-over-select", full_party, _party(kind, use), "dropped", layer)
-            uses[kind] = []
-        for swap in swaps:
-            ledger.record("recompute-over-swap", full_party, _swap_party(swap), "dropped", layer)
-        swaps = []
-    uses[Kind.SELECT] = _drop_excluded(uses[Kind.SELECT], uses[Kind.EXCLUDE], Kind.SELECT, layer, ledger)
-    uses[Kind.COMM] = _drop_excluded(uses[Kind.COMM], uses[Kind.COMM_EXCLUDE], Kind.COMM, layer, ledger)
-    swaps = _recompute_over_swap(swaps, uses[Kind.SELECT], layer, ledger)
-    layer_swap = next((swap for swap in swaps if swap.pattern is None), None)
-    return LayerPlan(layer=layer, stage=stage, chunk=chunk, full_recompute=full,
-                     **{kind.value: tuple(uses[kind]) for kind in Kind},
-                     layer_swap=layer_swap, op_swap=tuple(swap for swap in swaps if swap.pattern is not None))
+def _rules_by_layer(rules: Rules, num_layers: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    patterns: list[list[int]] = [[] for _ in range(num_layers)]
+    swaps: list[list[int]] = [[] for _ in range(num_layers)]
+    for index, rule in enumerate(rules.patterns):
+        for layer in rule.layers:
+            patterns[layer].append(index)
+    for index, rule in enumerate(rules.swaps):
+        for layer in rule.layers:
+            swaps[layer].append(index)
+    return [(tuple(sorted(p)), tuple(sorted(w))) for p, w in zip(patterns, swaps)]
 
 
-def _drop_excluded(selected: list[Use], excluded: list[Use], kind: Kind, layer: int,
-                   ledger: _Ledger) -> list[Use]:
-    kept = []
-    for use in selected:
-        winner = next((ex for ex in excluded if covers(ex.pattern, use.pattern)), None)
-        if winner is None:
-            kept.append(use)
-        else:
-            exclude_kind = Kind.EXCLUDE if kind is Kind.SELECT else Kind.COMM_EXCLUDE
-            ledger.record("exclude-over-select", _party(exclude_kind, winner), _party(kind, use), "dropped", layer)
-    return kept
+@dataclass
+class _Outcome:
+    full: object
+    uses: dict
+    layer_swap: SwapUse | None
+    op_swap: tuple[SwapUse, ...]
+    events: list
 
 
-def _recompute_over_swap(swaps: list[SwapUse], recomputed: list[Use], layer: int,
-                         ledger: _Ledger) -> list[SwapUse]:
-    kept = []
-    for swap in swaps:
-        inside = None if swap.pattern is None else \
-            next((use for use in recomputed if covers(use.pattern, swap.pattern)), None)
+class _Tables:
+    """Which rule covers which, decided once per pair of patterns (in rule order, as the rules read)."""
+
+    def __init__(self, rules: Rules):
+        self.rules = rules
+        self.uses = [Use(pattern=rule.pattern, origin=rule.origin) for rule in rules.patterns]
+        self.swap_uses = [SwapUse(pattern=rule.pattern, prefetch=rule.prefetch, origin=rule.origin,
+                                  default=rule.default) for rule in rules.swaps]
+        self.kinds = [rule.kind for rule in rules.patterns]
+        by_kind = {kind: [i for i, k in enumerate(self.kinds) if k is kind] for kind in Kind}
+        self.coverers = {}  # select/comm index -> exclude indices covering it, in order
+        for kind, exclude in ((Kind.SELECT, Kind.EXCLUDE), (Kind.COMM, Kind.COMM_EXCLUDE)):
+            for i in by_kind[kind]:
+                self.coverers[i] = [j for j in by_kind[exclude]
+                                    if covers(rules.patterns[j].pattern, rules.patterns[i].pattern)]
+        selects = by_kind[Kind.SELECT]
+        self.inside_of = [[] if rule.pattern is None else
+                          [i for i in selects if covers(rules.patterns[i].pattern, rule.pattern)]
+                          for rule in rules.swaps]
+        self.contains = [selects if rule.pattern is None else
+                         [i for i in selects if covers(rule.pattern, rules.patterns[i].pattern)]
+                         for rule in rules.swaps]
+
+    def outcome(self, full_here: bool, pattern_ids: tuple[int, ...], swap_ids: tuple[int, ...]) -> _Outcome:
+        events: list[tuple] = []
+        full = self.rules.full.origin if full_here else None
+        kept = set(pattern_ids)
+        if full is not None:
+            full_party = Party(what="full recompute", origin=full)
+            for i in pattern_ids:
+                if self.kinds[i] in (Kind.SELECT, Kind.COMM):
+                    events.append(("full-recompute-over-select", full_party, self._party(i), "dropped"))
+                    kept.discard(i)
+            events += [("recompute-over-swap", full_party, _swap_party(self.swap_uses[w]), "dropped")
+                       for w in swap_ids]
+            swap_ids = ()
+        for i in pattern_ids:
+            if i in kept and i in self.coverers:
+                winner = next((j for j in self.coverers[i] if j in kept), None)
+                if winner is not None:
+                    events.append(("exclude-over-select", self._party(winner), self._party(i), "dropped"))
+                    kept.discard(i)
+        swaps = [w for w in swap_ids if self._swap_kept(w, kept, events)]
+        uses = {kind.value: tuple(self.uses[i] for i in pattern_ids if i in kept and self.kinds[i] is kind)
+                for kind in Kind}
+        layer_swap = next((self.swap_uses[w] for w in swaps if self.rules.swaps[w].pattern is None), None)
+        return _Outcome(full=full, uses=uses, layer_swap=layer_swap, events=events,
+                        op_swap=tuple(self.swap_uses[w] for w in swaps if self.rules.swaps[w].pattern is not None))
+
+    def _swap_kept(self, w: int, kept: set[int], events: list[tuple]) -> bool:
+        """Rule 3: recompute beats swap; a swap inside a recomputed pattern is dropped, one around it narrowed."""
+        swap = _swap_party(self.swap_uses[w])
+        inside = next((i for i in self.inside_of[w] if i in kept), None)
         if inside is not None:
-            ledger.record("recompute-over-swap", _party(Kind.SELECT, inside), _swap_party(swap), "dropped", layer)
-            continue
-        for use in recomputed:
-            if swap.pattern is None or covers(swap.pattern, use.pattern):
-                ledger.record("recompute-over-swap", _party(Kind.SELECT, use), _swap_party(swap), "narrowed", layer)
-        kept.append(swap)
-    return kept
+            events.append(("recompute-over-swap", self._party(inside), swap, "dropped"))
+            return False
+        events += [("recompute-over-swap", self._party(i), swap, "narrowed") for i in self.contains[w] if i in kept]
+        return True
+
+    def _party(self, index: int) -> Party:
+        return _party(self.kinds[index], self.uses[index])
 
 
 def _party(kind: Kind, use: Use) -> Party:

@@ -23,6 +23,7 @@ DEFAULT_SELECT = (r"feed_forward\.mul", r"feed_forward\.w1\.activation\.silu")
 DEFAULT_COMM = (r".*\.norm",)
 DEFAULT_SWAP = r".*\.flash_attention"
 DEFAULT_PREFETCH = 1
+MAX_PATTERNS = 128  # in one document; resolving compares patterns pairwise in every distinct layer
 
 RECOMPUTE: KeyPath = ("recompute_config",)
 SWAP: KeyPath = ("swap_config",)
@@ -40,20 +41,22 @@ DEFAULT_PATTERNS = {Kind.SELECT: DEFAULT_SELECT, Kind.COMM: DEFAULT_COMM, Kind.E
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Origin:
-    """Where a rule was written: its key path and line in the YAML."""
+    """Where a rule was written: its key path and line in the YAML (and the file, when inherited)."""
 
     path: KeyPath
     line: int | None
+    file: str | None = None     # set when the rule comes from a base_config file
 
     @property
     def key(self) -> str:
         return key_path(self.path)
 
     def describe(self) -> str:
-        return f"{self.key}, line {self.line}" if self.line is not None else self.key
+        where = f"{self.file} line" if self.file else "line"
+        return f"{self.key}, {where} {self.line}" if self.line is not None else self.key
 
     def to_dict(self) -> dict:
-        return {"key": self.key, "line": self.line}
+        return {"key": self.key, "line": self.line, **({"file": self.file} if self.file else {})}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,9 +116,11 @@ class _Reader:
                  blocked: Callable[[KeyPath], bool]):
         self.source, self.layout, self.issues, self.blocked = source, layout, issues, blocked
         self.swap = source.get((*SWAP, "swap")) is True
+        self.patterns_read = 0
 
     def origin(self, path: KeyPath) -> Origin:
-        return Origin(path=path, line=self.source.line_of(path))
+        file = self.source.file_of(path)
+        return Origin(path=path, line=self.source.line_of(path), file=file if file != self.source.file else None)
 
     def section(self, path: KeyPath) -> dict:
         value = self.source.get(path)
@@ -126,6 +131,13 @@ class _Reader:
                              issues=self.issues)
 
     def pattern_ok(self, text: str, path: KeyPath) -> bool:
+        self.patterns_read += 1
+        if self.patterns_read > MAX_PATTERNS:
+            if self.patterns_read == MAX_PATTERNS + 1:
+                self.issues.append(self.source.issue(
+                    path, f"the config names more than {MAX_PATTERNS} patterns (select, exclude and op_swap together)",
+                    "merge patterns with alternation, e.g. `feed_forward\\.(w1|w3)`"))
+            return False
         problems = check_pattern(text)
         for problem in problems:
             self.issues.append(self.source.issue(path, problem.message, problem.hint,

@@ -8,6 +8,7 @@ sections. This module only explains their failures in the user's terms: where
 from __future__ import annotations
 
 import json
+import reprlib
 from collections.abc import Iterator
 from functools import cache
 from importlib import resources
@@ -16,11 +17,12 @@ from typing import Any
 from jsonschema import Draft202012Validator, ValidationError
 from jsonschema.validators import extend
 
-from .errors import ConfigIssue, did_you_mean, unique
+from .errors import ConfigIssue, did_you_mean, shown, unique
 from .source import Source
 
 SCHEMA_NAMES = ("training_layout", "recompute_config", "swap_config")
 _SHAPE_VALIDATORS = {"type", "const", "enum"}
+_CAPS = {"maxItems", "maxProperties", "maxLength"}
 
 
 def _is_strict_integer(_checker: Any, instance: Any) -> bool:
@@ -47,10 +49,72 @@ def _validator(name: str) -> Draft202012Validator:
 def schema_issues(source: Source) -> list[ConfigIssue]:
     """Every schema violation in the document, one issue per problem."""
     issues: list[ConfigIssue] = []
+    data = _bounded(source, source.data, (), issues)
     for name in SCHEMA_NAMES:
-        for error in _validator(name).iter_errors(source.data):
+        for error in _validator(name).iter_errors(data):
             issues.extend(_explain(source, error, expected=None))
     return unique(issues)
+
+
+MAX_ENTRIES = 10_000      # no list of the checked sections needs more (num_layers <= 10000)
+MAX_ITEMS = 2_000         # entries of other lists, in all
+_INDICES = 16            # a list of non-negative integers validates like its first items
+_SAMPLE = 256             # validating a list item by item is slow (jsonschema: ~10 us per item and branch)
+_CAPPED_KEYS = {"select_recompute", "select_comm_recompute", "select_recompute_exclude",
+                "select_comm_recompute_exclude", "op_name", "layer_swap", "op_swap"}   # schema maxItems <= 256
+
+
+@cache
+def _sections() -> frozenset[str]:
+    """The top-level keys some schema describes (a schema added to SCHEMA_NAMES is covered at once)."""
+    return frozenset(key for name in SCHEMA_NAMES for key in load_schema(name).get("properties", {}))
+
+
+class _Cut(list):
+    """The first items of a list too long to validate item by item; `full` is its real length."""
+
+    full = 0
+
+
+class _CutDict(dict):
+    full = 0
+
+
+def _bounded(source: Source, value: Any, path: tuple, issues: list[ConfigIssue], budget: list[int] | None = None) -> Any:
+    """The document as the validators see it: long lists shortened where that changes no verdict.
+
+    A list of non-negative integers validates like its first items (no schema caps those
+    lists); a list or mapping of a key the schema caps (patterns, swap entries) fails on its
+    length whatever its items. Other lists are validated item by item, up to MAX_ITEMS items in
+    all; beyond that the list is reported here instead.
+    """
+    budget = [MAX_ITEMS] if budget is None else budget
+    if isinstance(value, dict):
+        if path and path[-1] in _CAPPED_KEYS and len(value) > _SAMPLE:
+            return _cut(_CutDict(list(value.items())[:_SAMPLE + 1]), len(value))
+        if len(path) > 8:
+            return value
+        return {key: _bounded(source, item, (*path, key), issues, budget) if (path or key in _sections()) else item
+                for key, item in value.items()}
+    if not isinstance(value, list) or len(path) > 8:
+        return value
+    if len(value) > _SAMPLE and path[-1] in _CAPPED_KEYS:
+        return _cut(_Cut(value[:_SAMPLE + 1]), len(value))
+    if _INDICES < len(value) <= MAX_ENTRIES and all(type(item) is int and item >= 0 for item in value):
+        return _cut(_Cut(value[:_INDICES]), len(value))
+    budget[0] -= len(value)
+    if len(value) > MAX_ENTRIES or budget[0] < 0:
+        limit = f"at most {MAX_ENTRIES} entries" if len(value) > MAX_ENTRIES else \
+            f"at most {MAX_ITEMS} entries in all besides layer indices"
+        issues.append(source.issue(path, f"has {len(value)} entries; {limit} are allowed",
+                                   "no key of these sections needs more (a model has at most 10000 layers)"))
+        return []
+    return [_bounded(source, item, (*path, index), issues, budget) for index, item in enumerate(value)]
+
+
+def _cut(container, full: int):
+    container.full = full
+    return container
 
 
 def _explain(source: Source, error: ValidationError, expected: str | None) -> Iterator[ConfigIssue]:
@@ -75,6 +139,11 @@ def _explain_alternatives(source: Source, error: ValidationError) -> Iterator[Co
     for sub in error.context or ():
         branches.setdefault(sub.relative_schema_path[0], []).append(sub)
     viable = [subs for subs in branches.values() if not any(_rejects_kind(sub, here) for sub in subs)]
+    capped = [subs for subs in viable if all(sub.validator in _CAPS for sub in subs)]
+    if capped:  # the right form, only too long: say that, not why every item fails another form
+        for sub in capped[0]:
+            yield from _explain(source, sub, title)
+        return
     if len(viable) == 1 or (viable and _single_deepest(viable)):
         chosen = max(viable, key=lambda subs: max(map(_relevance, subs)))
         for sub in chosen:
@@ -126,8 +195,8 @@ def _unknown_keys(source: Source, error: ValidationError) -> Iterator[ConfigIssu
         if key in known:
             continue
         path = (*error.absolute_path, key)
-        hint = did_you_mean(key, known) or f"allowed keys: {', '.join(sorted(known))}"
-        yield source.issue(tuple(path), f"unknown key `{key}`", hint)
+        hint = did_you_mean(shown(key, 200), known) or f"allowed keys: {', '.join(sorted(known))}"
+        yield source.issue(tuple(path), f"unknown key `{shown(key, 120)}`", hint)
 
 
 def _leaf_issue(source: Source, error: ValidationError, expected: str | None) -> ConfigIssue:
@@ -136,15 +205,16 @@ def _leaf_issue(source: Source, error: ValidationError, expected: str | None) ->
     if validator == "type":
         wanted = error.schema.get("title") or expected or _type_words(value)
         message = f"expected {wanted}, got {_describe(instance)}"
-    elif validator in ("minimum", "maximum"):
-        message = f"must be {'>=' if validator == 'minimum' else '<='} {value}, got {instance}"
-        hint = hint or (f"expected {expected}" if expected else None)
+    elif validator in ("minimum", "maximum", "exclusiveMinimum"):
+        relation = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">"}[validator]
+        message = f"must be {relation} {value}, got {_describe(instance, with_kind=False)}"
+        hint = hint or _range_hint(error) or (f"expected {expected}" if expected else None)
     elif validator == "const":
         message = f"must be {value!r}, got {_describe(instance)}"
-        hint = did_you_mean(str(instance), [str(value)]) or hint
+        hint = did_you_mean(_word(instance), [str(value)]) or hint
     elif validator == "enum":
         message = f"must be one of {', '.join(repr(v) for v in value)}, got {_describe(instance)}"
-        hint = did_you_mean(str(instance), [str(v) for v in value]) or hint
+        hint = did_you_mean(_word(instance), [str(v) for v in value]) or hint
     elif validator == "required":
         missing = [key for key in value if key not in instance]
         message = f"missing required key `{missing[0]}`" if missing else error.message
@@ -155,11 +225,23 @@ def _leaf_issue(source: Source, error: ValidationError, expected: str | None) ->
         hint = f"expected {expected}" if expected else None
     elif validator == "minLength":
         message = "must not be an empty string"
+    elif validator in ("maxItems", "maxProperties"):
+        noun = "entries" if validator == "maxItems" else "patterns"
+        message = f"has {getattr(instance, 'full', 0) or len(instance)} {noun}; at most {value} are allowed"
+        hint = "each entry costs matching and planning time; merge them into fewer patterns"
+    elif validator == "maxLength":
+        message = f"is {len(instance)} characters long; at most {value} are allowed"
     elif validator == "contains":
         message = f"expected {expected or 'a nested list'}, got {_describe(instance)}"
     else:
-        message = error.message
+        message = shown(error.message, 200)
     return _issue(source, error, message, hint)
+
+
+def _range_hint(error: ValidationError) -> str | None:
+    if error.validator == "maximum" and error.validator_value == 2**63 - 1:
+        return "MindSpore stores this value as a 64-bit signed integer"
+    return None
 
 
 def _issue(source: Source, error: ValidationError, message: str, hint: str | None) -> ConfigIssue:
@@ -182,10 +264,17 @@ def _type_words(types: Any) -> str:
     return " or ".join(names.get(name, name) for name in types)
 
 
-def _describe(value: Any) -> str:
+def _word(value: Any) -> str:
+    return value if isinstance(value, str) and len(value) <= 200 else _describe(value, with_kind=False)
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 60, 60, 60
+
+
+def _describe(value: Any, *, with_kind: bool = True) -> str:
+    """The value as a message shows it: bounded (it may be a huge aliased structure) and escaped."""
     kind = {bool: "bool", int: "integer", float: "float", str: "string", list: "list", dict: "mapping",
             type(None): "null"}.get(type(value), type(value).__name__)
-    shown = repr(value)
-    if len(shown) > 60:
-        shown = shown[:57] + "..."
-    return f"{kind} {shown}"
+    text = shown(_REPR.repr(value), 60)
+    return f"{kind} {text}" if with_kind else text

@@ -1,9 +1,12 @@
-"""Random YAML-shaped input: the only exception that may escape is ConfigError, and nothing hangs."""
+"""Random input, structured and as raw bytes: the only exception that may escape is ConfigError, and nothing hangs."""
 
 from __future__ import annotations
 
 import signal
+import tempfile
+import tracemalloc
 from contextlib import contextmanager
+from pathlib import Path
 
 import yaml
 from hypothesis import HealthCheck, example, given, settings
@@ -90,3 +93,58 @@ def test_arbitrary_text_raises_only_config_error(text):
             parse_yaml(text, "fuzz.yaml")
         except ConfigError:
             pass
+
+
+# Raw bytes: YAML syntax, tags, anchors, encodings and invalid bytes, written to a file and read
+# the way the CLI reads it (base_config included). Only ConfigError may escape, within 10 s and
+# a bounded amount of memory.
+TOKENS = [
+    "\n", "  ", "    ", "- ", ": ", ", ", "[", "]", "{", "}", "'", '"', "\\", "#", "\t", "? ", "|", ">", "%YAML 1.1\n",
+    "---\n", "...\n", "&a ", "*a", "&b ", "*b", "<<: ", "<<: *a", "!!python/object/apply:os.system ", "!local ",
+    "!!str ", "!!binary ", "!!set ", "!!omap ", "!!timestamp ", "recompute_config", "swap_config", "model",
+    "model_config", "num_layers", "num_heads", "hidden_size", "parallel_config", "model_parallel", "pipeline_stage",
+    "recompute", "select_recompute", "select_recompute_exclude", "op_swap", "layer_swap", "op_name", "layers",
+    "backward_prefetch", "swap", "true", "~", "null", "4", "0", "-1", "1.5", "1.0e+200", "0x1F", "1:00:00",
+    "9223372036854775808", "2024-13-45", "'(a+)+b'", "'.*'", "'feed_forward\\.mul'", "Auto", "base_config: ",
+    "config.yaml", "[other.yaml]", "\x00", "\x1b[2J", "\u2028", "\ufeff", "é",
+]
+PREFIX = "model:\n  model_config:\n    num_layers: 4\n    hidden_size: 64\n    num_heads: 4\n    vocab_size: 64\n" \
+         "    seq_length: 8\n"
+yaml_text = st.lists(st.sampled_from(TOKENS), max_size=60).map("".join)
+raw_bytes = st.one_of(
+    st.binary(max_size=200),
+    yaml_text.map(lambda text: text.encode("utf-8", "surrogatepass")),
+    yaml_text.map(lambda text: (PREFIX + text).encode("utf-8")),
+    st.tuples(st.sampled_from(["utf-16", "utf-32", "utf-8-sig", "utf-16-le", "latin-1"]), yaml_text).map(
+        lambda pair: (PREFIX + pair[1]).encode(pair[0], "replace")),
+    st.tuples(yaml_text, st.binary(max_size=20)).map(lambda pair: (PREFIX + pair[0]).encode() + pair[1]),
+)
+_WORKDIR = tempfile.mkdtemp(prefix="mf_memopt_fuzz_")
+Path(_WORKDIR, "other.yaml").write_text(PREFIX + "recompute_config:\n  recompute: true\n")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(raw=b"junk: &a [*a]\n")
+@example(raw=("junk: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
+    f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 10))).encode())
+@example(raw=b"junk: " + b"[" * 5000 + b"]" * 5000)
+@example(raw=b"base_config: config.yaml\n")
+@example(raw=b"!!timestamp")  # AttributeError inside PyYAML
+@given(raw=raw_bytes)
+def test_raw_yaml_bytes_raise_only_config_error(raw):
+    from mf_memopt.estimate import estimate_config
+
+    path = Path(_WORKDIR, "config.yaml")
+    path.write_bytes(raw)
+    tracemalloc.start()
+    try:
+        with _deadline(10):
+            for run in (load_plan, estimate_config):
+                try:
+                    run(path)
+                except ConfigError as error:
+                    assert error.issues and all(issue.severity == "error" for issue in error.issues)
+                    assert all("\n" not in issue.render() for issue in error.issues)
+        assert tracemalloc.get_traced_memory()[1] < 256 * 2**20
+    finally:
+        tracemalloc.stop()

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Build the wheel, install it (not editable) into a clean virtual environment, and run the CLI's
+# config commands (validate, plan, estimate) on a shipped config from outside the checkout.
+#
+# The clean environment gets the wheel and the libraries those commands import (PyYAML,
+# jsonschema), pinned to the versions in .venv and taken from pip's cache. It does not get
+# mindspore and mindformers (2.5 GB installed; only training and `verify` import them; resolving
+# them with `pip install --dry-run` alone takes about 2 minutes): instead the wheel's declared
+# dependencies are checked against .venv, where setup_env.sh installed and the test suite ran them.
+# Run after scripts/setup_env.sh, which creates .venv and warms pip's cache. Takes about 25 s.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+pip_quiet=(--quiet --disable-pip-version-check)
+
+# Build from a copy: an in-tree build/ directory could carry modules that no longer exist.
+mkdir "$work/src"
+cp -r pyproject.toml README.md mf_memopt "$work/src/"
+find "$work/src" -name __pycache__ -prune -exec rm -rf {} +
+.venv/bin/python -m pip wheel "${pip_quiet[@]}" --no-deps -w "$work/dist" "$work/src"
+wheel=$(ls "$work"/dist/mf_memopt-*.whl)
+.venv/bin/python "$root/tests/wheel_contents.py" "$wheel" "$root/mf_memopt"
+
+base_python=$(.venv/bin/python -c 'import sys; print(sys._base_executable)')
+"$base_python" -m venv "$work/venv"
+light=$(.venv/bin/python -m pip freeze 2>/dev/null |
+        grep -iE '^(pyyaml|jsonschema|jsonschema-specifications|referencing|rpds-py|attrs|typing.extensions)==')
+# shellcheck disable=SC2086
+"$work/venv/bin/python" -m pip install "${pip_quiet[@]}" --no-deps "$wheel" $light
+.venv/bin/python "$root/tests/wheel_contents.py" --requirements "$wheel"
+
+cd "$work"  # outside the checkout: only the installed package can be imported
+location=$("$work/venv/bin/python" -c 'import mf_memopt; print(mf_memopt.__file__)')
+case "$location" in "$work/venv/"*) ;; *) echo "mf_memopt imported from $location, not the clean venv" >&2; exit 1;; esac
+config="$root/configs/planning/llama2_7b_swap_pp2.yaml"
+"$work/venv/bin/mf-memopt" validate "$config"
+"$work/venv/bin/mf-memopt" plan --json "$config" > plan.json
+"$work/venv/bin/python" -m mf_memopt estimate "$config" > estimate.txt
+"$work/venv/bin/python" -c 'import json, sys; assert json.load(open("plan.json"))["num_layers"] == 32'
+grep -q "^stage" estimate.txt
+echo "wheel check passed: $(basename "$wheel") installed in a clean venv; validate, plan and estimate ran from $work"
