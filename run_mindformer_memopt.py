@@ -1,5 +1,9 @@
 #!/usr/bin/env python
-"""Train a MindFormers model with mf_memopt's recompute/swap plan.
+"""MindFormers' run_mindformer.py with mf_memopt's recompute/swap plan in place of LayerSetting.
+
+The model is built with MindFormers' own handling off, the plan is applied, and MindFormers'
+Trainer trains it with the YAML's dataset, optimizer, lr schedule, wrapper, callbacks and
+checkpoints:
 
     python run_mindformer_memopt.py --config configs/llama_tiny.yaml --run_mode train
     bash scripts/msrun_launcher.sh "run_mindformer_memopt.py --config configs/llama_tiny.yaml \

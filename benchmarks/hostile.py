@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""(d) Hostile inputs: time and memory of `validate`, `plan` and `estimate` on every class of bad input.
+"""(g) Hostile inputs: time and memory of `validate`, `plan` and `estimate` on every class of bad input.
 
     python benchmarks/hostile.py                      # this checkout
     python benchmarks/hostile.py --baseline 09e95cc   # also the package as it was at a git revision

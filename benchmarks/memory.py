@@ -36,8 +36,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "select default patterns": {"recompute": False, "select_recompute": True, "select_comm_recompute": False},
 }
 PEAK = re.compile(r"DumpDynamicMemPoolStateInfo\].*?peak used mem:(\d+)M")
-FINISHED = re.compile(r"training finished: .*?mean step time after the first ([0-9.]+) ms")
-STEP_LOSS = re.compile(r"step \d+/\d+: loss (\S+),")
+# MindFormers' MFLossMonitor: "{ Epoch:[  1/  1], step:[    2/   16], loss:[5.561511/5.558865], per_step_time: 215ms"
+STEP = re.compile(r"step:\[\s*\d+/\s*\d+\], loss:\[([\d.]+)/[\d.]+\], per_step_time: (\d+)ms")
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class Result:
     variant: str
     peak_mb: int
     step_ms: float
-    losses: tuple[str, ...]        # as logged (4 decimals), one per step
+    losses: tuple[str, ...]        # as logged by MFLossMonitor (6 decimals), one per step
 
 
 def run(config: Path, steps: int) -> None:
@@ -59,7 +59,7 @@ def run(config: Path, steps: int) -> None:
                 f"(step time: mean after the first step); {load}",
                 ("variant", "peak MB", "vs none", "mean step ms", "vs none", "final loss"), _rows(results))
     same = len({result.losses for result in results}) == 1
-    print(f"losses identical across variants (every step, 4 decimals): {'yes' if same else 'NO'}")
+    print(f"losses identical across variants (every step, 6 decimals): {'yes' if same else 'NO'}")
     if not same:
         for result in results:
             print(f"  {result.variant}: {', '.join(result.losses)}")
@@ -88,13 +88,14 @@ def write_variant(config: Path, section: dict[str, Any], target: Path) -> Path:
     return target
 
 
-def _launch(config: Path, steps: int, work: Path) -> str:
+def _launch(config: Path, steps: int, work: Path, *extra: str) -> str:
     """Run the launcher with MindSpore's memory-pool report on; its whole output, or an error."""
     env = {**os.environ, "GLOG_v": "2", "MS_SUBMODULE_LOG_v": "{PRE_ACT:1}",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
            "LOG_MF_PATH": str(work / "mindformers_log")}
     command = [sys.executable, str(LAUNCHER), "--config", str(config), "--run_mode", "train",
-               "--train_steps", str(steps), "--output_dir", str(work / "output")]
+               "--train_steps", str(steps), "--output_dir", str(work / "output"), "--force",
+               "--train_dataset_dir", str(work / "tokens.mindrecord"), *extra]
     done = subprocess.run(command, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True)
     if done.returncode != 0:
@@ -103,11 +104,12 @@ def _launch(config: Path, steps: int, work: Path) -> str:
 
 
 def parse_log(name: str, log: str) -> Result:
-    peaks, finished = PEAK.findall(log), FINISHED.search(log)
-    if not peaks or finished is None:
-        raise RuntimeError(f"variant '{name}': no pool peak or no 'training finished' line in:\n{_tail(log)}")
-    return Result(variant=name, peak_mb=int(peaks[-1]), step_ms=float(finished.group(1)),
-                  losses=tuple(STEP_LOSS.findall(log)))
+    peaks, steps = PEAK.findall(log), STEP.findall(log)
+    if not peaks or not steps:
+        raise RuntimeError(f"variant '{name}': no pool peak or no MFLossMonitor step line in:\n{_tail(log)}")
+    later = [float(milliseconds) for _, milliseconds in steps[1:]] or [float(steps[0][1])]
+    return Result(variant=name, peak_mb=int(peaks[-1]), step_ms=sum(later) / len(later),
+                  losses=tuple(loss for loss, _ in steps))
 
 
 def _tail(text: str, lines: int = 40) -> str:

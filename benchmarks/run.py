@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _prepare_environment()
-    from benchmarks import apply_time, auto_plan, calibrate, memory, sweep
+    from benchmarks import apply_time, auto_plan, calibrate, memory, sweep, wrapper_branch
 
     if args.profile:
         apply_time.profile_ours()
@@ -38,6 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         memory.run(args.config or memory.DEFAULT_CONFIG, args.steps)
     if args.only in (None, "calibrate"):
         calibrate.run()
+    if args.only in (None, "wrapper"):
+        wrapper_branch.run(args.config or memory.DEFAULT_CONFIG)
     if args.only in (None, "auto"):
         auto_plan.run()
     if args.only == "sweep":
@@ -48,15 +50,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="mf_memopt benchmarks: (a) apply time against MindFormers' "
                                      "LayerSetting, (b) memory-pool peak and step time per recompute variant, "
-                                     "(c) the memory estimator against the measured peaks")
-    parser.add_argument("--only", choices=("apply", "memory", "calibrate", "auto", "sweep"),
+                                     "(c) the memory estimator against the measured peaks, (e) the estimator on "
+                                     "a generated sweep, (f) recompute under MindFormers' train-step cell with and "
+                                     "without its optimizer branch, auto: the planner")
+    parser.add_argument("--only", choices=("apply", "memory", "calibrate", "wrapper", "auto", "sweep"),
                         help="run one of the benchmarks (sweep runs only when named)")
     parser.add_argument("--remeasure", action="store_true",
                         help="(e) train every sweep config again (about 15 minutes) before comparing")
     parser.add_argument("--repeat", type=_positive, default=7, help="(a) timed runs per config (default 7)")
     parser.add_argument("--steps", type=_positive, default=10,
                         help="(b) training steps per variant (default 10)")
-    parser.add_argument("--config", type=Path, help="(b) training YAML (default configs/llama_tiny.yaml)")
+    parser.add_argument("--config", type=Path, help="(b), (e) training YAML (default configs/llama_tiny.yaml)")
     parser.add_argument("--profile", action="store_true",
                         help="(a) print a cProfile of mf_memopt's apply_plan per config, no timings")
     return parser

@@ -17,6 +17,7 @@ from typing import Any
 
 from . import cells
 from .actions import Action, LayerActions, Skip, layer_actions
+from .compress.actions import CompressAction, compress_actions, compress_line, install
 from .errors import ConfigError, ConfigIssue
 from .logs import LOGGER, layer_lines
 from .plan import Plan
@@ -33,10 +34,14 @@ class ApplyReport:
     actions: tuple[Action, ...]
     skipped: tuple[Skip, ...]
     log_lines: tuple[str, ...]
+    compressed: tuple[CompressAction, ...] = ()
 
     def to_dict(self) -> dict:
-        return {"device_target": self.device_target, "set": [action.to_dict() for action in self.actions],
-                "not_offloaded": [skip.to_dict() for skip in self.skipped], "log": list(self.log_lines)}
+        result = {"device_target": self.device_target, "set": [action.to_dict() for action in self.actions],
+                  "not_offloaded": [skip.to_dict() for skip in self.skipped], "log": list(self.log_lines)}
+        if self.compressed:
+            result["compressed"] = [action.to_dict() for action in self.compressed]
+        return result
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
@@ -48,22 +53,28 @@ def apply_plan(plan: Plan, model_or_layers: Any, *, device_target: str | None = 
     issues: list[ConfigIssue] = []
     per_layer = [layer_actions(layer_plan, layer, plan.rules.options, plan.file, issues)
                  for layer_plan, layer in zip(plan.layers, layers)]
-    if issues:
-        raise ConfigError(_merge_layers(issues))
+    compressed = [compress_actions(layer_plan.op_compress, layer_plan.layer, layer, plan.file, issues)
+                  for layer_plan, layer in zip(plan.layers, layers)]
+    if any(issue.severity == "error" for issue in issues):
+        raise ConfigError(_merge_layers([issue for issue in issues if issue.severity == "error"]))
     device = device_target or _current_device()
     lines = _log(formative_lines(plan))
     lines += _log([warning.render() for warning in plan.warnings], logging.WARNING)
+    lines += _log([issue.render() for issue in _merge_layers(issues)], logging.WARNING)
     lines += _log([f"Resolved: {conflict.message()}" for conflict in plan.conflicts])
-    for actions in per_layer:
+    install([action for actions in compressed for action in actions])
+    for actions, compress in zip(per_layer, compressed):
         _execute(actions)
-        lines += _log(layer_lines(actions))
-    if device != "Ascend" and any(actions.offload for actions in per_layer):
+        lines += _log(layer_lines(actions) + [line for line in [compress_line(actions.layer, compress)] if line])
+    offloaded = any(actions.offload for actions in per_layer) or \
+        any(action.use.offload is not None for actions in compressed for action in actions)
+    if device != "Ascend" and offloaded:
         lines += _log([CPU_OFFLOAD_NOTE.format(device=device or "this backend")], logging.WARNING)
     return ApplyReport(device_target=device,
                        actions=tuple(action for actions in per_layer for action in [*actions.recompute,
                                                                                    *actions.offload]),
                        skipped=tuple(skip for actions in per_layer for skip in actions.skipped),
-                       log_lines=tuple(lines))
+                       log_lines=tuple(lines), compressed=tuple(action for actions in compressed for action in actions))
 
 
 def find_layers(model_or_layers: Any, plan: Plan) -> list[Any]:
@@ -122,7 +133,8 @@ def _merge_layers(issues: list[ConfigIssue]) -> list[ConfigIssue]:
         issue = first[key]
         if len(numbers) > 1:
             message = key[3].replace("in layer {}", f"in layers {', '.join(numbers)}")
-            issue = ConfigIssue(file=issue.file, line=issue.line, path=issue.path, message=message, hint=issue.hint)
+            issue = ConfigIssue(file=issue.file, line=issue.line, path=issue.path, message=message, hint=issue.hint,
+                                severity=issue.severity)
         merged.append(issue)
     return merged
 

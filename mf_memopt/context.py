@@ -60,7 +60,7 @@ def setup_context(config: Any, *, use_parallel: bool, written: Collection[str] =
 
 def _device_target(ms: Any, wanted: str) -> str:
     try:
-        ms.set_context(device_target=wanted)
+        ms.set_device(wanted)
     except (RuntimeError, ValueError) as error:
         LOGGER.warning(f"context.device_target is {wanted}, which this MindSpore cannot use ({error}); "
                        "running on CPU instead")

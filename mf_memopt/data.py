@@ -95,6 +95,9 @@ def token_spec(source: Source, *, path: str | Path | None = None, num_samples: i
 
 def _int(source: Source, path: tuple, default: int | None, issues: list, minimum: int = 1) -> int | None:
     value = source.get(path, default)
+    if value is None:
+        issues.append(source.issue(path, "is missing: it sizes the generated tokens"))
+        return None
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         issues.append(source.issue(path, f"must be an integer >= {minimum}, got {value!r}"))
         return None

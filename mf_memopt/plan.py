@@ -32,6 +32,18 @@ class SwapUse:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CompressUse:
+    """A compression in one layer: the cells a pattern matches keep their saved input compressed."""
+
+    pattern: str
+    method: str
+    group_size: int
+    origin: Origin
+    offload: Prefetch | None = None   # the compressed copy is also offloaded (compress_dense level1, or a swap)
+    dense: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LayerPlan:
     layer: int
     stage: int
@@ -43,6 +55,7 @@ class LayerPlan:
     select_comm_recompute_exclude: tuple[Use, ...] = ()
     layer_swap: SwapUse | None = None
     op_swap: tuple[SwapUse, ...] = ()
+    op_compress: tuple[CompressUse, ...] = ()
 
     def uses(self, kind: Kind) -> tuple[Use, ...]:
         return getattr(self, kind.value)
@@ -54,7 +67,19 @@ class LayerPlan:
             result[kind.value] = sorted(use.pattern for use in self.uses(kind))
         result["layer_swap"] = self.layer_swap.prefetch if self.layer_swap else None
         result["op_swap"] = {use.pattern: use.prefetch for use in sorted(self.op_swap, key=_by_pattern)}
+        if self.op_compress:
+            result["op_compress"] = {use.pattern: _compress_dict(use)
+                                     for use in sorted(self.op_compress, key=lambda use: use.pattern)}
         return result
+
+
+def _compress_dict(use: CompressUse) -> dict:
+    result: dict = {"method": use.method}
+    if use.method != "lossless":
+        result["group_size"] = use.group_size
+    if use.offload is not None:
+        result["offload"] = use.offload
+    return result
 
 
 def _by_pattern(use: SwapUse) -> str:
@@ -76,7 +101,7 @@ class Party:
         return {"what": self.what, "key": self.origin.key, "line": self.origin.line, "pattern": self.pattern}
 
 
-Effect = Literal["dropped", "narrowed"]
+Effect = Literal["dropped", "narrowed", "combined"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,8 +117,11 @@ class Conflict:
     def message(self) -> str:
         layers = ", ".join(str(layer) for layer in self.layers)
         noun = "layer" if len(self.layers) == 1 else "layers"
-        outcome = "which is dropped there" if self.effect == "dropped" else \
-            "which stays but does not swap what the former recomputes"
+        outcome = {"dropped": "which is dropped there",
+                   "narrowed": "which stays but does not swap what the former recomputes",
+                   "combined": "both apply: the swap offloads the compressed copy"}[self.effect]
+        if self.effect == "combined":
+            return f"{noun} {layers}: {self.kept.describe()} and {self.dropped.describe()} {outcome} [{self.rule}]"
         return (f"{noun} {layers}: {self.kept.describe()} wins over {self.dropped.describe()}, {outcome} "
                 f"[{self.rule}]")
 

@@ -21,7 +21,22 @@ def formative_lines(plan: Plan) -> list[str]:
         lines.append(f"Formative {kind.value}: {{{body}}}")
     if rules.swap:
         lines += _formative_swap(rules)
+    if rules.compresses:
+        lines.append(_formative_compress(rules))
     return lines
+
+
+def _formative_compress(rules: Rules) -> str:
+    """`compress_dense` is shown as what it expands to, marked with its level."""
+    items = []
+    for rule in rules.compresses:
+        item = f"'{rule.pattern}': {{'method': '{rule.method}', "
+        item += "" if rule.method == "lossless" else f"'group_size': {rule.group_size}, "
+        item += f"'layers': {sorted(rule.layers)}"
+        item += f", 'offload': {rule.offload}" if rule.offload is not None else ""
+        item += ", 'from': 'compress_dense'" if rule.dense else ""
+        items.append(item + "}")
+    return f"Formative op_compress: {{{', '.join(items)}}}"
 
 
 def _formative_swap(rules: Rules) -> list[str]:
@@ -43,6 +58,9 @@ def layer_table(plan: Plan) -> str:
     header = ["layer", "stage", "chunk", "full", "select", "comm", "exclude", "comm-exclude",
               "layer-swap", "op-swap", "conflicts"]
     rows = [header] + [_row(plan, layer) for layer in plan.layers]
+    if any(layer.op_compress for layer in plan.layers):
+        for row, layer in zip(rows, (None, *plan.layers)):
+            row.insert(-1, "op-compress" if layer is None else _compressed(layer))
     widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
 
@@ -58,6 +76,10 @@ def _row(plan: Plan, layer: LayerPlan) -> list[str]:
             *(patterns(kind) for kind in Kind), layer_swap, op_swap, str(conflicts) if conflicts else "-"]
 
 
+def _compressed(layer: LayerPlan) -> str:
+    return ",".join(f"{use.pattern}={use.method}" for use in layer.op_compress) or "-"
+
+
 def summary(plan: Plan) -> str:
     layers = plan.layers
     full = sum(1 for layer in layers if layer.full_recompute)
@@ -66,6 +88,9 @@ def summary(plan: Plan) -> str:
     swapped = sum(1 for layer in layers if layer.layer_swap or layer.op_swap)
     layout = plan.layout
     swap = f"swap on ({_count(swapped, 'layer')} swapped)" if plan.swap else "swap off"
+    compressed = sum(1 for layer in layers if layer.op_compress)
+    if compressed:
+        swap += f"; compression in {_count(compressed, 'layer')}"
     return (f"{plan.file}: valid: {_count(plan.num_layers, 'layer')} in {_count(layout.stages, 'pipeline stage')}"
             f" x {_count(layout.chunks, 'chunk')}; layers with full recompute: {full}, select recompute: "
             f"{select}, comm recompute: {comm}; {swap}; {_count(len(plan.conflicts), 'conflict')} resolved, "

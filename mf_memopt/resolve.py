@@ -7,6 +7,11 @@
    target lies inside what is recomputed is dropped in that layer; a swap that only
    contains recomputed operators stays, and `apply` leaves those operators unswapped.
 
+4. Recompute beats compression: a compressed cell inside what is recomputed keeps nothing,
+   so its compression is dropped in that layer.
+5. Compression plus swap of the same cell: both apply, and the swap offloads the
+   compressed copy (compress_dense level1 semantics).
+
 Every time two rules meet, a `Conflict` names both, with their YAML lines and layers.
 """
 
@@ -17,7 +22,7 @@ from dataclasses import dataclass, field
 
 from .layout import Layout
 from .patterns import covers
-from .plan import Conflict, Effect, LayerPlan, Party, Plan, SwapUse, Use
+from .plan import CompressUse, Conflict, Effect, LayerPlan, Party, Plan, SwapUse, Use
 from .rules import Kind, Rules
 
 _WHAT = {Kind.SELECT: "select recompute", Kind.COMM: "comm recompute",
@@ -53,7 +58,8 @@ def resolve(rules: Rules, layout: Layout, *, file: str, warnings=()) -> Plan:
             ledger.record(*event, layer)
         stage, chunk = layout.position(layer)
         layers.append(LayerPlan(layer=layer, stage=stage, chunk=chunk, full_recompute=outcome.full,
-                                **outcome.uses, layer_swap=outcome.layer_swap, op_swap=outcome.op_swap))
+                                **outcome.uses, layer_swap=outcome.layer_swap, op_swap=outcome.op_swap,
+                                op_compress=_layer_compresses(rules, layer, outcome, ledger)))
     return Plan(file=file, layout=layout, rules=rules, layers=tuple(layers), conflicts=ledger.conflicts(),
                 warnings=tuple(warnings))
 
@@ -68,6 +74,53 @@ def _rules_by_layer(rules: Rules, num_layers: int) -> list[tuple[tuple[int, ...]
         for layer in rule.layers:
             swaps[layer].append(index)
     return [(tuple(sorted(p)), tuple(sorted(w))) for p, w in zip(patterns, swaps)]
+
+
+def _layer_compresses(rules: Rules, layer: int, outcome, ledger: _Ledger) -> tuple[CompressUse, ...]:
+    """Rules 4 and 5 for one layer, after recompute and swap are resolved."""
+    compresses = [CompressUse(pattern=rule.pattern, method=rule.method, group_size=rule.group_size,
+                              origin=rule.origin, offload=rule.offload, dense=rule.dense)
+                  for rule in rules.compresses if layer in rule.layers]
+    if outcome.full is not None:
+        for use in compresses:
+            ledger.record("recompute-over-compress", Party(what="full recompute", origin=outcome.full),
+                          _compress_party(use), "dropped", layer)
+        return ()
+    selected = list(outcome.uses.get(Kind.SELECT.value, ()))
+    compresses = _recompute_over_compress(compresses, selected, layer, ledger)
+    swaps = ([outcome.layer_swap] if outcome.layer_swap is not None else []) + list(outcome.op_swap)
+    return tuple(_compress_with_swap(compresses, swaps, layer, ledger))
+
+
+def _recompute_over_compress(compresses: list[CompressUse], recomputed: list[Use], layer: int,
+                             ledger: _Ledger) -> list[CompressUse]:
+    kept = []
+    for use in compresses:
+        inside = next((select for select in recomputed if covers(select.pattern, use.pattern)), None)
+        if inside is None:
+            kept.append(use)
+        else:
+            ledger.record("recompute-over-compress", _party(Kind.SELECT, inside), _compress_party(use), "dropped",
+                          layer)
+    return kept
+
+
+def _compress_with_swap(compresses: list[CompressUse], swaps: list[SwapUse], layer: int,
+                        ledger: _Ledger) -> list[CompressUse]:
+    result = []
+    for use in compresses:
+        swap = next((swap for swap in swaps if swap.pattern is None or covers(swap.pattern, use.pattern)), None)
+        if swap is not None:
+            ledger.record("compress-with-swap", _compress_party(use), _swap_party(swap), "combined", layer)
+            use = CompressUse(pattern=use.pattern, method=use.method, group_size=use.group_size, origin=use.origin,
+                              offload=swap.prefetch, dense=use.dense)
+        result.append(use)
+    return result
+
+
+def _compress_party(use: CompressUse) -> Party:
+    what = "compress_dense" if use.dense else "op compress"
+    return Party(what=f"{what} `{use.pattern}` ({use.method})", origin=use.origin, pattern=use.pattern)
 
 
 @dataclass

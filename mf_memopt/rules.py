@@ -16,6 +16,7 @@ from .forms import layer_indices, select_layers
 from .layout import Layout
 from .patterns import check_pattern
 from .source import KeyPath, Source
+from .compress.rules import CompressRule, compress_rules
 
 Prefetch = int | str  # an int >= 0, or "Auto"
 
@@ -104,6 +105,7 @@ class Rules:
     patterns: tuple[PatternRule, ...]
     swaps: tuple[SwapRule, ...]
     options: RecomputeOptions
+    compresses: tuple[CompressRule, ...] = ()
 
     def of_kind(self, kind: Kind) -> tuple[PatternRule, ...]:
         return tuple(rule for rule in self.patterns if rule.kind is kind)
@@ -159,7 +161,8 @@ def normalise(source: Source, layout: Layout, issues: list[ConfigIssue],
                                   if not blocked((*RECOMPUTE, name))})
     _warn_unused_options(reader, options, full)
     swaps = () if blocked((*SWAP, "swap")) else _swap_rules(reader)
-    return Rules(swap=reader.swap, full=full, patterns=patterns, swaps=swaps, options=options)
+    compresses = compress_rules(reader)
+    return Rules(swap=reader.swap, full=full, patterns=patterns, swaps=swaps, options=options, compresses=compresses)
 
 
 def _pattern_rules(reader: _Reader, kind: Kind, value: Any) -> list[PatternRule]:

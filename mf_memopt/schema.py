@@ -20,7 +20,7 @@ from jsonschema.validators import extend
 from .errors import ConfigIssue, did_you_mean, shown, unique
 from .source import Source
 
-SCHEMA_NAMES = ("training_layout", "recompute_config", "swap_config")
+SCHEMA_NAMES = ("training_layout", "recompute_config", "swap_config", "compress_config")
 _SHAPE_VALIDATORS = {"type", "const", "enum"}
 _CAPS = {"maxItems", "maxProperties", "maxLength"}
 

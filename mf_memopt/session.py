@@ -99,7 +99,7 @@ def _device_written(source: Source) -> str:
 
     wanted = source.get(("context", "device_target"), "CPU")
     try:
-        ms.set_context(device_target=wanted)
+        ms.set_device(wanted)
     except (RuntimeError, ValueError, TypeError):
         return "CPU"
     return wanted

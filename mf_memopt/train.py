@@ -11,7 +11,6 @@ resume settings. What it lacks on CPU is filled in here and said once in the log
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,9 +23,8 @@ from .quiet import hidden_summary
 class Progress:
     """What a run did, for the summary line and for an interrupted run's message."""
 
-    step: int = 0
+    step: int = 0                                        # steps of this run
     losses: list[float] = field(default_factory=list)
-    began: float = field(default_factory=time.perf_counter)
     finished: bool = False
 
 

@@ -25,6 +25,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .compress.verify import check_compression
 from .config import load_plan
 from .errors import ConfigError, ConfigIssue
 from .ir import Graph, Node, find_validate_ir, read_ir
@@ -44,6 +45,7 @@ class LayerCheck:
     disagreements: list[str] = field(default_factory=list)
     rule2: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    compressed: list[str] = field(default_factory=list)   # cells whose backward reads only a compressed copy
 
 
 @dataclass
@@ -120,6 +122,11 @@ def compare(report: dict, graph: Graph, num_layers: int) -> list[LayerCheck]:
             if node.offload:
                 check.offloaded[str(node.prefetch)] = check.offloaded.get(str(node.prefetch), 0) + 1
         check.comm = sum(1 for node in nodes if node.flag("recompute_comm_op"))
+        entries = [entry for entry in report.get("compressed", []) if entry["layer"] == layer]
+        if entries:
+            found, wrong, notes = check_compression(layer, entries, [node for node in graph.nodes
+                                                                     if node.layer == layer], graph)
+            check.compressed, check.disagreements, check.notes = found, check.disagreements + wrong, check.notes + notes
         checks.append(check)
     return checks
 
@@ -243,10 +250,15 @@ def verify_table(result: VerifyResult) -> str:
              f"({result.nodes} IR nodes)"]
     rows = [["layer", "recompute (plan)", "recompute copies", "offloaded ops by prefetch", "comm ops", "rule-2",
              "agrees"]]
+    compressing = any(check.compressed for check in result.layers)
+    if compressing:
+        rows[0].insert(-1, "compressed (backward reads only the copy)")
     for check in result.layers:
         offload = ", ".join(f"{count} @ {prefetch}" for prefetch, count in sorted(check.offloaded.items())) or "-"
         rows.append([str(check.layer), ", ".join(check.recompute) or "-", str(check.copies), offload,
                      str(check.comm or "-"), str(len(check.rule2) or "-"), "no" if check.disagreements else "yes"])
+        if compressing:
+            rows[-1].insert(-1, ", ".join(check.compressed) or "-")
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
     for check in result.layers:

@@ -398,6 +398,95 @@ model:
         recompute_config:
           select_recompute: ["feed_forward\\.mul"]
      """), "", 5, "invalid YAML", "error"),
+    # compress_config
+    ("unknown compress key", _doc("""
+        compress_config:
+          compress: true
+          op_compres: []
+     """), "compress_config.op_compres", 6, "did you mean `op_compress`?", "error"),
+    ("unknown key in an op_compress entry", _doc("""
+        compress_config:
+          compress: true
+          op_compress:
+            - op_name: 'feed_forward\\.w2'
+              methd: int8
+              method: int8
+              layers: true
+     """), "compress_config.op_compress[0].methd", 8, "did you mean `method`?", "error"),
+    ("unknown compression method", _doc("""
+        compress_config:
+          compress: true
+          op_compress:
+            - op_name: 'feed_forward\\.w2'
+              method: int3
+              layers: true
+     """), "compress_config.op_compress[0].method", 8, "did you mean `int8`?", "error"),
+    ("compress_dense level typo", _doc("""
+        compress_config:
+          compress: true
+          compress_dense: levl0
+     """), "compress_config.compress_dense", 6, "did you mean `level0`?", "error"),
+    ("group size that does not pack into bytes", _doc("""
+        compress_config:
+          compress: true
+          op_compress:
+            - op_name: 'feed_forward\\.w2'
+              method: int2
+              group_size: 100
+              layers: true
+     """), "compress_config.op_compress[0].group_size", 9, "multiple of 8", "error"),
+    ("missing method", _doc("""
+        compress_config:
+          compress: true
+          op_compress:
+            - op_name: 'feed_forward\\.w2'
+              layers: true
+     """), "compress_config.op_compress[0]", 7, "missing required key `method`", "error"),
+    ("compressed layer out of range", _doc("""
+        compress_config:
+          compress: true
+          op_compress:
+            - op_name: 'feed_forward\\.w2'
+              method: int8
+              layers: [0, 4]
+     """), "compress_config.op_compress[0].layers[1]", 9, "layer 4 does not exist", "error"),
+    ("same pattern and layer compressed twice", _doc("""
+        compress_config:
+          compress: true
+          op_compress:
+            - op_name: 'feed_forward\\.w2'
+              method: int8
+              layers: [0, 1]
+            - op_name: 'feed_forward\\.w2'
+              method: int2
+              layers: [1]
+     """), "compress_config.op_compress[1]", 10, "already compressed by compress_config.op_compress[0]", "error"),
+    ("invalid regex in op_compress", _doc("""
+        compress_config:
+          compress: true
+          op_compress:
+            - op_name: 'feed_forward\\.(w2'
+              method: int8
+              layers: true
+     """), "compress_config.op_compress[0].op_name", 7, "not a valid regular expression", "error"),
+    ("compress lists with compress false", _doc("""
+        compress_config:
+          compress: false
+          compress_dense: level0
+     """), "compress_config.compress_dense", 6, "ignored because compress_config.compress is not true", "warning"),
+    ("compress true with nothing to compress", _doc("""
+        compress_config:
+          compress: true
+     """), "compress_config.compress", 5, "nothing is compressed", "warning"),
+    ("group_size with lossless", _doc("""
+        compress_config:
+          compress: true
+          op_compress:
+            - op_name: 'feed_forward\\.w2'
+              method: lossless
+              group_size: 64
+              layers: true
+     """), "compress_config.op_compress[0].group_size", 9, "lossless compression has no groups", "warning"),
 ]
 
 

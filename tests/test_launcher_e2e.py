@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from functools import cache
@@ -35,8 +36,9 @@ def _tokens(config: str) -> str:
 
 
 @cache
-def _trained(config: str, steps: int | None = 3, pool: bool = False) -> tuple[subprocess.CompletedProcess, Path]:
+def _trained(config: str, steps: int | None = 2, pool: bool = False) -> tuple[subprocess.CompletedProcess, Path]:
     output = WORK / f"{Path(config).stem}-{steps}"
+    shutil.rmtree(output, ignore_errors=True)              # checkpoints of an earlier session would add up
     cap = ("--train_steps", str(steps)) if steps else ()
     done = _launch("--config", config, "--run_mode", "train", *cap, "--output_dir", str(output), "--force",
                    "--train_dataset_dir", _tokens(config), env=POOL_LOG if pool else None)
@@ -45,6 +47,7 @@ def _trained(config: str, steps: int | None = 3, pool: bool = False) -> tuple[su
 
 
 def _messages(done: subprocess.CompletedProcess, start: str) -> list[str]:
+    """mf_memopt's INFO messages that start with `start`."""
     return [line.split(" - INFO - ", 1)[1] for line in done.stdout.splitlines()
             if " - INFO - " in line and line.split(" - INFO - ", 1)[1].startswith(start)]
 
@@ -77,6 +80,16 @@ def test_default_config_trains_its_dataset_and_writes_checkpoints():
         [(index, "feed_forward", {"recompute_cell": {}}) for index in range(4)]
     assert "runner_wrapper MFTrainOneStepCell runs on CPU as CPUTrainOneStepCell" in done.stdout
     assert _messages(done, "training finished after 16 step(s) of this run, loss ")
+
+
+def test_harmless_mindformers_warnings_are_one_line_on_the_console_and_kept_in_the_log():
+    done, output = _trained("configs/llama_tiny.yaml", steps=None, pool=True)
+    assert "No module named 'hyper_parallel'" not in done.stdout and "The input config" not in done.stdout
+    (summary,) = [line for line in _messages(done, "") if "harmless MindFormers warning(s) not shown" in line]
+    assert "optional PyNative models need the unpublished hyper_parallel package" in summary
+    assert summary.endswith(f"they are in {output}/log/rank_*/info.log")
+    info = (output / "log" / "rank_0" / "info.log").read_text()
+    assert "No module named 'hyper_parallel'" in info and "The input config" in info
 
 
 def test_resume_from_a_checkpoint_continues_where_the_run_was():
@@ -130,7 +143,7 @@ def test_seed_swap_cases_train_and_print_the_seed_lines(config):
     assert _messages(done, prefix) == expected
     assert "only the Ascend backend moves activations to host memory: on CPU nothing is swapped" in done.stdout
     assert "lazy_inline stays off on CPU" in done.stdout
-    assert sorted(_losses(done)) == [1, 2, 3]
+    assert sorted(_losses(done)) == [1, 2]
 
 
 def test_default_swap_strategy_runs_on_cpu_with_the_same_numbers():

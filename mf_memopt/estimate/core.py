@@ -9,6 +9,7 @@ from ..config import plan_source
 from ..errors import ConfigIssue, raise_if_errors
 from ..plan import Plan
 from ..source import Source, load_source
+from .compress import compress_effect
 from .effects import LayerEffect, layer_effect
 from .inventory import layer_inventory, layer_ops
 from .memory import StagePeak, ascend_peak, cpu_pool_peak, in_flight, stage_parameters
@@ -117,7 +118,8 @@ def _cpu_dtype_issues(source, model: ModelSpec) -> list[ConfigIssue]:
 def _estimate(plan: Plan, model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSpec, *, runtime: str,
               hardware: Hardware) -> Estimate:
     inventory, ops = layer_inventory(model, parallel, runtime), layer_ops(model, parallel)
-    effects = [layer_effect(layer, inventory, ops) for layer in plan.layers]
+    element_bytes = 4 if runtime == "cpu" else model.compute_bytes
+    effects = [compress_effect(layer, layer_effect(layer, inventory, ops), element_bytes, model) for layer in plan.layers]
     forward_flops = sum(op.flops for op in ops)
     layers, stages = [], []
     for stage in range(plan.layout.stages):

@@ -46,6 +46,7 @@ class LayerEffect:
     recompute_flops: int
     notes: tuple[str, ...] = ()
     recomputed_ops: tuple[str, ...] = ()   # matmul paths (layer_ops) whose forward is run again in the backward
+    backward_extra: int = 0          # bytes the layer's backward holds beyond its kept tensors (compression)
 
     def bytes(self, fate: Fate | None = None) -> int:
         return sum(item.saved.nbytes for item in self.tensors if fate is None or item.fate == fate)

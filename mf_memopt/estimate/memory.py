@@ -123,7 +123,8 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
             "weight copies": sum(copies.backward[:index + 1]),
             "gradients so far": _gradients_after(model, index, len(effects)),
             "model-level tensors": 2 * model.compute_bytes * dim.bsh_full + tables,
-            "layer working set": _held_in_backward(effects[index]) + 2 * FP32 * dim.bsf + copies.late[index]}))
+            "layer working set": _held_in_backward(effects[index]) + 2 * FP32 * dim.bsf + copies.late[index]
+                                 + effects[index].backward_extra}))
         candidates.append(_attention_backward(model, effects, index, kept, copies, tables))
     if model.param_bytes == FP32 and model.compute_bytes == FP32:
         early = _gradient_set(model, len(effects))

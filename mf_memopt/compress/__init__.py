@@ -1,0 +1,1 @@
+"""Activation compression: methods and formulas, rules, and (with MindSpore) the replacement cells."""
