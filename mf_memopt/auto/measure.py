@@ -12,17 +12,16 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..estimate.measure import launcher_head
 from .planner import AutoPlan
 
 ROUNDS = 3
 PEAK = re.compile(r"DumpDynamicMemPoolStateInfo\].*?peak used mem:(\d+)M")
-LAUNCHER = Path(__file__).resolve().parents[2] / "run_mindformer_memopt.py"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,7 +47,7 @@ def train_peak(config: Path, work: Path) -> int:
     env = {**os.environ, "GLOG_v": "2", "MS_SUBMODULE_LOG_v": "{PRE_ACT:1}",
            "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])),
            "LOG_MF_PATH": str(work / "mindformers_log")}
-    command = [sys.executable, str(LAUNCHER), "--config", str(config), "--run_mode", "train", "--train_steps", "1",
+    command = [*launcher_head(), "--config", str(config), "--run_mode", "train", "--train_steps", "1",
                "--output_dir", str(work / "output")]
     done = subprocess.run(command, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     peaks = PEAK.findall(done.stdout)

@@ -26,6 +26,12 @@ LAUNCHER = Path(__file__).resolve().parents[2] / "run_mindformer_memopt.py"
 _LAUNCH_INLINE = "import sys; from mf_memopt.launch import main; sys.exit(main())"
 
 
+def launcher_head() -> list[str]:
+    """The command that starts the launcher: the checkout's script, or the installed package's `main`
+    (an installed wheel has no run_mindformer_memopt.py beside it)."""
+    return [sys.executable, str(LAUNCHER)] if LAUNCHER.is_file() else [sys.executable, "-c", _LAUNCH_INLINE]
+
+
 class MeasureError(RuntimeError):
     """The training child failed or printed no peak; the message is short and says why."""
 
@@ -56,8 +62,7 @@ def measure_peak(config: str | Path, *, runtime: str = "cpu", steps: int = 1, ti
 
 
 def child_command(config: Path, steps: int, output_dir: Path) -> list[str]:
-    head = [sys.executable, str(LAUNCHER)] if LAUNCHER.is_file() else [sys.executable, "-c", _LAUNCH_INLINE]
-    return [*head, "--config", str(config), "--run_mode", "train", "--train_steps", str(steps),
+    return [*launcher_head(), "--config", str(config), "--run_mode", "train", "--train_steps", str(steps),
             "--output_dir", str(output_dir), "--train_dataset_dir", str(output_dir / "data" / "tokens.mindrecord")]
 
 
