@@ -24,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from benchmarks.common import load_note, print_table, ratio
+from mf_memopt.estimate.measure import CPU_PEAK
 
 REPO = Path(__file__).resolve().parent.parent
 MLP = r"feed_forward\.(w1|w2|w3)"
@@ -35,7 +36,7 @@ VARIANTS = {
     "int2": {"compress": True, "op_compress": [{"op_name": MLP, "method": "int2", "layers": True}]},
 }
 SELECTED = list(VARIANTS)
-PEAK = re.compile(r"DumpDynamicMemPoolStateInfo\].*?peak used mem:(\d+)M")
+PEAK = CPU_PEAK  # MindSpore's memory-pool report, as `estimate --measure` reads it
 
 
 # The loss curves train 5 variants for 200 steps each: on a 2-core machine shared with others,

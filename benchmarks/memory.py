@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from benchmarks.common import load_note, print_table, ratio
+from mf_memopt.estimate.measure import CPU_PEAK
 
 REPO = Path(__file__).resolve().parent.parent
 LAUNCHER = REPO / "run_mindformer_memopt.py"
@@ -35,7 +36,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
                                  "select_comm_recompute": False},
     "select default patterns": {"recompute": False, "select_recompute": True, "select_comm_recompute": False},
 }
-PEAK = re.compile(r"DumpDynamicMemPoolStateInfo\].*?peak used mem:(\d+)M")
+PEAK = CPU_PEAK  # MindSpore's memory-pool report, as `estimate --measure` reads it
 # MindFormers' MFLossMonitor: "{ Epoch:[  1/  1], step:[    2/   16], loss:[5.561511/5.558865], per_step_time: 215ms"
 STEP = re.compile(r"step:\[\s*\d+/\s*\d+\], loss:\[([\d.]+)/[\d.]+\], per_step_time: (\d+)ms")
 

@@ -175,6 +175,7 @@ def _auto(args: argparse.Namespace) -> int:
     from .auto import InfeasibleBudget, auto_plan
     from .auto.report import auto_json, auto_text, infeasible_json, infeasible_text
     from .estimate import Hardware
+    from .estimate.measure import MeasureError
     from .estimate.report import parse_size
 
     try:
@@ -202,6 +203,9 @@ def _auto(args: argparse.Namespace) -> int:
             result = rounds[-1].plan
         else:
             result = plan_for(budget)
+    except MeasureError as error:
+        print(f"auto --measure: {error}", file=sys.stderr)
+        return 1
     except InfeasibleBudget as error:
         print(infeasible_text(error), file=sys.stderr)
         if args.json:

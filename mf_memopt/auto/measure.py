@@ -9,19 +9,15 @@ predicted peak (at most its target) minus the measured excess; at most `ROUNDS` 
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..estimate.measure import launcher_head
+from ..estimate.measure import measure_peak
 from .planner import AutoPlan
 
 ROUNDS = 3
-PEAK = re.compile(r"DumpDynamicMemPoolStateInfo\].*?peak used mem:(\d+)M")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,19 +38,10 @@ class Round:
 
 
 def train_peak(config: Path, work: Path) -> int:
-    """Train one step of `config` with the launcher in a child process; the pool peak in bytes."""
-    package_root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "GLOG_v": "2", "MS_SUBMODULE_LOG_v": "{PRE_ACT:1}",
-           "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])),
-           "LOG_MF_PATH": str(work / "mindformers_log")}
-    command = [*launcher_head(), "--config", str(config), "--run_mode", "train", "--train_steps", "1",
-               "--output_dir", str(work / "output")]
-    done = subprocess.run(command, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    peaks = PEAK.findall(done.stdout)
-    if done.returncode != 0 or not peaks:
-        tail = "\n".join(done.stdout.splitlines()[-30:])
-        raise RuntimeError(f"training the plan failed ({' '.join(command)}, exit {done.returncode}):\n{tail}")
-    return int(peaks[-1]) * 2**20
+    """Train one step of `config` with the launcher in a child process; the pool peak in bytes.
+
+    A failed run raises MeasureError with the child's own error line."""
+    return measure_peak(config, runtime="cpu", steps=1, workdir=work).peak_bytes
 
 
 def measure_rounds(plan_for: Callable[[int], AutoPlan], budget: int, output: Path | None,

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import math
-
 from ..estimate.core import Estimate
-from ..estimate.report import human
+from ..estimate.report import human, human_up
 from .planner import INFINITE, AutoPlan, InfeasibleBudget
 from .writer import describe
 
@@ -71,14 +69,6 @@ def infeasible_text(error: InfeasibleBudget) -> str:
 def infeasible_json(error: InfeasibleBudget) -> dict:
     return {"feasible": False, "budget_bytes": error.budget, "binding_stage": error.binding,
             "minimum_budget_bytes": {str(stage): value for stage, value in sorted(error.minimum.items())}}
-
-
-def human_up(nbytes: float) -> str:
-    """Like `human`, rounded up to the shown digit: a budget given as printed is enough."""
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= size:
-            return f"{math.ceil(nbytes / size * 10) / 10:.1f} {unit}"
-    return f"{nbytes:.0f} B"
 
 
 def _span(layers: tuple[int, ...]) -> str:

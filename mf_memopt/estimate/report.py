@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from .core import Estimate
@@ -13,6 +14,14 @@ def human(nbytes: float) -> str:
     for unit, size in _UNITS:
         if abs(nbytes) >= size:
             return f"{nbytes / size:.1f} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def human_up(nbytes: float) -> str:
+    """Like `human`, rounded up to the shown digit: a budget given as printed is enough."""
+    for unit, size in _UNITS:
+        if nbytes >= size:
+            return f"{math.ceil(nbytes / size * 10) / 10:.1f} {unit}"
     return f"{nbytes:.0f} B"
 
 
