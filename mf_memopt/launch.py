@@ -19,7 +19,7 @@ from pathlib import Path
 from . import interrupt
 from .errors import ConfigError
 from .logs import LOGGER, configure_logging
-from .outputs import OutputError, check_output_dir, report_name, write_report, written_files
+from .outputs import OutputError, check_output_dir, report_name, worker_output, write_report, written_files
 from .quiet import quiet_mindformers
 from .source import load_source
 from .train import Progress
@@ -103,7 +103,9 @@ def _run(args: argparse.Namespace, state: _State) -> int:
     from .session import Overrides, check, prepare
 
     source = load_source(args.config)
-    state.output = check_output_dir(Path(args.output_dir or source.get(("output_dir",)) or "output"))
+    written = Path(args.output_dir or source.get(("output_dir",)) or "output")
+    parallel = args.use_parallel if args.use_parallel is not None else bool(source.get(("use_parallel",), False))
+    state.output = check_output_dir(worker_output(written, use_parallel=parallel))
     _mindformers_paths(state.output)
     if args.register_path:
         _register(args.register_path)

@@ -72,7 +72,8 @@ def prepare(config_path: str | Path, *, strict: bool = False, overrides: Overrid
     workers = int(os.environ.get("MS_WORKER_NUM", "1"))
     if workers > 1 and not use_parallel:
         LOGGER.warning(f"{workers} workers train the same model independently because use_parallel is False; "
-                       "pass --use_parallel True for data-parallel training")
+                       "each writes under its own worker_<id> directory of the output directory "
+                       f"({overrides.output_dir}); pass --use_parallel True for data-parallel training")
     generated = ensure_dataset(source, overrides.train_dataset_dir)
     if generated is not None:
         LOGGER.info(f"generated the token file {generated} ({GENERATED[0]} of {source.file})")

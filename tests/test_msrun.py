@@ -56,6 +56,10 @@ def test_seed_case_3_on_two_workers_logs_the_seed_lines(workdir):
     log = (workdir / "output" / "msrun" / "worker_1.log").read_text()
     assert "mf_memopt[rank 1]" in log
     assert "2 workers train the same model independently because use_parallel is False" in log
+    for worker in (0, 1):       # each independent worker writes its own report and MindFormers logs
+        own = workdir / "output" / f"worker_{worker}"
+        assert (own / "apply_report.json").exists() and (own / "log").is_dir()
+    assert not (workdir / "output" / "apply_report.json").exists()
 
 
 def test_data_parallel_training_on_two_workers(workdir):
