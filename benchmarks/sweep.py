@@ -34,8 +34,10 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 BASE_CONFIG = REPO / "configs" / "llama_tiny.yaml"
 DATA = REPO / "benchmarks" / "data" / "sweep_peaks.json"
+FRESH_DATA = REPO / "benchmarks" / "data" / "sweep_fresh_peaks.json"
 PINNED_DATA = REPO / "tests" / "data" / "estimate" / "mixed_precision_peaks.json"
 SEED = 20261128  # the first seed from 20261123 whose sweep reaches every end of every range
+FRESH_SEED = 20261124  # the fresh held-out set (`--set fresh`), drawn after the estimator's last change
 PAIRS = 16
 STEPS = 1
 TARGET, AIM = 0.05, 0.03
@@ -110,7 +112,10 @@ PINNED = [SweepConfig(name=f"p{index}", half="pinned", dtype=dtype, recompute=fo
               ("float32", "none"), ("float32", "full"), ("float32", "select feed_forward")])]
 
 
-def generate() -> list[SweepConfig]:
+def generate(which: str = "sweep") -> list[SweepConfig]:
+    """The sweep's 32 configs, or (`fresh`) the second held-out set."""
+    if which == "fresh":
+        return fresh()
     rng = random.Random(SEED)
     configs = []
     dtypes, forms = list(DTYPES), list(RECOMPUTE)
@@ -121,6 +126,18 @@ def generate() -> list[SweepConfig]:
             configs.append(SweepConfig(name=f"s{len(configs):02d}", half=half, dtype=dtype, recompute=form,
                                        model=model))
     return configs
+
+
+def fresh() -> list[SweepConfig]:
+    """16 configs drawn after the estimator was last changed, from another seed, all held out.
+
+    They pair dtype settings with recompute forms the sweep never put together (form index
+    shifted by three), so they test combinations as well as shapes.
+    """
+    rng = random.Random(FRESH_SEED)
+    dtypes, forms = list(DTYPES), list(RECOMPUTE)
+    return [SweepConfig(name=f"h{index:02d}", half="fresh", dtype=dtypes[index % len(dtypes)],
+                        recompute=forms[(index + 3) % len(forms)], model=_shape(rng)) for index in range(PAIRS)]
 
 
 def _shape(rng: random.Random) -> dict[str, Any]:
@@ -165,15 +182,15 @@ def _affordable(model: dict[str, Any]) -> bool:
 # --- measuring -------------------------------------------------------------------------------------------
 
 
-def measure(only: list[str] | None = None, *, pinned: bool = False) -> None:
+def measure(only: list[str] | None = None, *, pinned: bool = False, which: str = "sweep") -> None:
     """Train each config (or the tests' pinned configs) and record its pool peak in the data file."""
     from mf_memopt.estimate.measure import MeasureError, measure_peak
 
-    target = PINNED_DATA if pinned else DATA
+    target = PINNED_DATA if pinned else _data_file(which)
     data = _load(target)
     entries = {entry["name"]: entry for entry in data.get("configs", [])}
     with tempfile.TemporaryDirectory(prefix="mf_memopt_sweep_") as tmp:
-        for config in PINNED if pinned else generate():
+        for config in PINNED if pinned else generate(which):
             if only and config.name not in only:
                 continue
             path = config.write(Path(tmp) / f"{config.name}.yaml")
@@ -187,6 +204,10 @@ def measure(only: list[str] | None = None, *, pinned: bool = False) -> None:
                 print(f"  failed: {error}", file=sys.stderr)
             entries[config.name] = entry
             _save(data, entries, target)
+
+
+def _data_file(which: str) -> Path:
+    return FRESH_DATA if which == "fresh" else DATA
 
 
 def _entry(config: SweepConfig) -> dict[str, Any]:
@@ -204,12 +225,16 @@ def _save(data: dict[str, Any], entries: dict[str, dict[str, Any]], path: Path =
 
     data.update({"about": "MindSpore memory-pool peak (MiB, whole MiB as printed) of each sweep config trained "
                           f"{STEPS} step(s) by run_mindformer_memopt.py on the CPU backend; regenerate with "
-                          f"`python benchmarks/sweep.py measure{' --pinned' if path == PINNED_DATA else ''}`",
+                          f"`python benchmarks/sweep.py measure{_regenerate_flag(path)}`",
                  "seed": SEED, "mindspore": mindspore.__version__, "mindformers": mindformers.__version__,
                  "launcher": _launcher_revision(),
                  "configs": [entries[name] for name in sorted(entries)]})
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def _regenerate_flag(path: Path) -> str:
+    return {PINNED_DATA: " --pinned", FRESH_DATA: " --set fresh"}.get(path, "")
 
 
 def _launcher_revision() -> str:
@@ -223,29 +248,30 @@ def _launcher_revision() -> str:
 # --- comparing -------------------------------------------------------------------------------------------
 
 
-def compare(remeasure: bool = False) -> float:
-    """Print the estimator against the data file; return the worst held-out error."""
+def compare(remeasure: bool = False, which: str = "sweep") -> float:
+    """Print the estimator against the data file; return the worst held-out (or fresh) error."""
     from benchmarks.common import print_table
 
-    if remeasure or not DATA.exists():
-        measure()
-    data = _load()
+    path = _data_file(which)
+    if remeasure or not path.exists():
+        measure(which=which)
+    data = _load(path)
     measured = {entry["name"]: entry for entry in data["configs"]}
-    rows, errors = [], {"build": [], "held-out": []}
+    rows, errors = [], {"build": [], "held-out": [], "fresh": []}
     with tempfile.TemporaryDirectory(prefix="mf_memopt_sweep_") as tmp:
-        for config in generate():
+        for config in generate(which):
             entry = measured.get(config.name)
             if entry is None or "measured_mib" not in entry:
                 rows.append(_row(config, None, None, entry.get("error", "not measured") if entry else "not measured",
                                  "", ""))
                 continue
             estimated, term = _estimate(config.write(Path(tmp) / f"{config.name}.yaml"))
-            error = (estimated - entry["measured_mib"]) / entry["measured_mib"]
+            error = relative_error(estimated, entry["measured_mib"])
             errors[config.half].append(abs(error))
             rows.append(_row(config, entry["measured_mib"], estimated, f"{error:+.1%}", term,
-                             f"{estimated - entry['measured_mib']:+.1f}"))
-    print_table(f"(e) sweep: estimate --runtime cpu against the measured memory-pool peak (MiB); data "
-                f"{DATA.relative_to(REPO)} (MindSpore {data.get('mindspore')}, launcher {data.get('launcher')})",
+                             f"{estimated - entry['measured_mib'] - 0.5:+.1f}"))
+    print_table(f"(e) {'fresh held-out set' if which == 'fresh' else 'sweep'}: estimate --runtime cpu against the "
+                f"measured memory-pool peak (MiB); data {path.relative_to(REPO)} (MindSpore {data.get('mindspore')}, launcher {data.get('launcher')})",
                 ("config", "half", "layers", "h", "n/kv", "s", "b", "v", "f", "dtypes", "recompute", "measured",
                  "estimated", "error", "MiB off", "estimated peak at"), rows)
     for half, values in errors.items():
@@ -253,7 +279,15 @@ def compare(remeasure: bool = False) -> float:
             print(f"{half}: {len(values)} configs, worst {max(values):.1%}, median {statistics.median(values):.1%}, "
                   f"within {TARGET:.0%}: {sum(value <= TARGET for value in values)}/{len(values)}, "
                   f"within {AIM:.0%}: {sum(value <= AIM for value in values)}/{len(values)}")
-    return max(errors["held-out"], default=float("nan"))
+    return max(errors["fresh" if which == "fresh" else "held-out"], default=float("nan"))
+
+
+def relative_error(estimated_mib: float, measured_mib: float) -> float:
+    """Against the middle of the reading: the pool prints whole MiB, cut down (m stands for [m, m + 1))."""
+    from mf_memopt.estimate.measure import CPU_READING_STEP, reading_center
+
+    center = reading_center(round(measured_mib * CPU_READING_STEP)) / CPU_READING_STEP
+    return (estimated_mib - center) / center
 
 
 def _estimate(path: Path) -> tuple[float, str]:
@@ -282,16 +316,19 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--only", nargs="*", help="config names (s00, s01, ...) to re-measure")
     run.add_argument("--pinned", action="store_true", help="measure the configs the tests pin instead "
                                                            f"(writes {PINNED_DATA.relative_to(REPO)})")
-    commands.add_parser("compare", help="the estimator against the recorded peaks")
-    commands.add_parser("list", help="print the generated configs")
+    against = commands.add_parser("compare", help="the estimator against the recorded peaks")
+    listing = commands.add_parser("list", help="print the generated configs")
+    for command in (run, against, listing):
+        command.add_argument("--set", dest="which", choices=("sweep", "fresh"), default="sweep",
+                             help="the 32-config sweep (default) or the fresh held-out set of 16")
     args = parser.parse_args(argv)
     if args.command == "measure":
-        measure(args.only, pinned=args.pinned)
+        measure(args.only, pinned=args.pinned, which=args.which)
     elif args.command == "list":
-        for config in generate():
+        for config in generate(args.which):
             print(config.name, config.half, config.dtype, "|", config.recompute, "|", config.model)
     else:
-        compare()
+        compare(which=args.which)
     return 0
 
 

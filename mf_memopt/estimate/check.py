@@ -16,7 +16,7 @@ from pathlib import Path
 from ..errors import raise_if_errors
 from ..source import load_source
 from .core import Estimate, estimate_config
-from .measure import Measurement, MeasureError, measure_peak
+from .measure import Measurement, MeasureError, measure_peak, reading_center
 from .transfer import Hardware
 
 
@@ -25,12 +25,15 @@ class StageCheck:
     stage: int
     predicted_bytes: int
     measured_bytes: int | None      # None: this stage was not run by the single training process
+    runtime: str = "cpu"
 
     @property
     def error(self) -> float | None:
+        """Against the middle of the printed reading's interval (the CPU pool prints whole MiB, cut down)."""
         if not self.measured_bytes:
             return None
-        return (self.predicted_bytes - self.measured_bytes) / self.measured_bytes
+        center = reading_center(self.measured_bytes, self.runtime)
+        return (self.predicted_bytes - center) / center
 
     def to_dict(self) -> dict:
         return {"stage": self.stage, "predicted_bytes": self.predicted_bytes, "measured_bytes": self.measured_bytes,
@@ -57,7 +60,8 @@ def check_backend(config: str | Path, runtime: str) -> None:
 def compare(estimate: Estimate, measurement: Measurement) -> list[StageCheck]:
     """Stage 0 is what one training process measures; later pipeline stages need msrun."""
     return [StageCheck(stage=stage.stage, predicted_bytes=stage.peak.peak,
-                       measured_bytes=measurement.peak_bytes if stage.stage == 0 else None)
+                       measured_bytes=measurement.peak_bytes if stage.stage == 0 else None,
+                       runtime=measurement.runtime)
             for stage in estimate.stages]
 
 
@@ -93,6 +97,7 @@ def check_text(estimate: Estimate, measurement: Measurement, checks: list[StageC
                      stage.peak.checkpoint])
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     lines = [f"{Path(estimate.config).name}: {estimate.runtime} runtime, {measurement.steps} training step(s); "
-             f"measured: {what} (whole MiB)", ""]
+             f"measured: {what}" + (" (whole MiB, cut down: errors are against the middle of the MiB)"
+                                     if measurement.runtime == "cpu" else ""), ""]
     lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
     return "\n".join(lines)

@@ -32,6 +32,16 @@ def launcher_head() -> list[str]:
     return [sys.executable, str(LAUNCHER)] if LAUNCHER.is_file() else [sys.executable, "-c", _LAUNCH_INLINE]
 
 
+# MindSpore prints the CPU pool peak in whole MiB, cut down: a reading of m MiB means a peak in
+# [m, m + 1) MiB. Errors are taken against the middle of that interval.
+CPU_READING_STEP = 2**20
+
+
+def reading_center(peak_bytes: int, runtime: str = "cpu") -> float:
+    """The middle of the interval a printed peak stands for (Ascend prints fractions of a MiB)."""
+    return peak_bytes + CPU_READING_STEP / 2 if runtime == "cpu" else float(peak_bytes)
+
+
 class MeasureError(RuntimeError):
     """The training child failed or printed no peak; the message is short and says why."""
 

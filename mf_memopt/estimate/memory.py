@@ -12,15 +12,20 @@ Ascend (device memory, analytic):
 
 CPU (the MindSpore 2.9 memory-pool peak that `benchmarks/run.py --only calibrate` measures):
 parameters, optimizer moments and the input batch are host tensors, not in the pool;
-nn.AdamWeightDecay updates in parameter order, so every gradient waits for the end of the
-backward; its CPU kernel allocates three outputs per update. The peak is the largest of
+MindFormers' AdamW runs as graph ops after clip-grad, which needs every gradient, so the
+optimizer starts when the backward ends; the runtime then interleaves the updates of all
+parameters (`_optimizer_step`). The peak is the largest of
     end of forward:   sum_j S_j + M_fwd + 4*e*b*s*v           (the loss holds four b*s*v tensors)
     backward of i:    sum_{j<i} S_j + G(i) + M_bwd + S_all(i) + 2*e*b*s*f
-    optimizer step k: e * sum_{j>=k} p_j + 3*e*p_k
+    optimizer step:   float32 models: gradients + the overflow select's zeros + 3*4*p_max;
+                      other dtypes: 2*4*P + 4*p_vocab + 4*max(2*p_layer, [compute float16] V*h)
 with S_j the kept tensors of layer j, S_all(i) all of layer i's tensors (rebuilt if
 recomputed), G(i) the gradients already computed (layers after i, lm_head, final norm),
 M_fwd = e*(4*b*s*h + 2*s*d + 3*b*s), M_bwd = e*(2*b*s*h + 2*s*d + 3*b*s), plus e*b*s*s for
 the causal mask when some attention is recomputed (it is kept as a recompute input).
+AdamW's decayed float32 parameters are computed at the start of the step and held to its end:
+every parameter's in a float32 model, only the embedding's and lm_head's (p_vocab) otherwise.
+P counts every parameter; p_layer is the largest decoder-layer weight.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ from .transfer import LayerTransfer
 
 
 STATIC = ("parameters", "gradients", "optimizer states", "gradients so far", "optimizer outputs", "weight copies",
-          "zeros of the overflow select", "decayed parameters (AdamW, computed early)")
+          "zeros of the overflow select", "decayed parameters (AdamW, computed early)",
+          "decayed vocabulary parameters (AdamW, computed early)", "optimizer working set", "update being finished")
 ACTIVATIONS = ("activations kept", "swapped, still on device", "model-level tensors")
 
 
@@ -126,12 +132,11 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
             "layer working set": _held_in_backward(effects[index]) + 2 * FP32 * dim.bsf + copies.late[index]
                                  + effects[index].backward_extra}))
         candidates.append(_attention_backward(model, effects, index, kept, copies, tables))
-    if model.param_bytes == FP32 and model.compute_bytes == FP32:
-        early = _gradient_set(model, len(effects))
-        candidates = [StagePeak(checkpoint=candidate.checkpoint,
-                                components={**candidate.components, EARLY_UPDATE: early})
-                      for candidate in candidates]
-    candidates.append(_optimizer_step(model, len(effects)))
+    early = {EARLY_UPDATE: _gradient_set(model, len(effects))} if _float32(model) else \
+        {EARLY_VOCABULARY: FP32 * _vocabulary_params(model)}
+    candidates = [StagePeak(checkpoint=candidate.checkpoint, components={**candidate.components, **early})
+                  for candidate in candidates]
+    candidates.append(_optimizer_step(model, len(effects), early))
     return candidates
 
 
@@ -140,6 +145,17 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
 # as soon as the step starts and holds it until that parameter's update (measured: a float32
 # parameter set more at the end of the forward; none when compute or parameters are float16).
 EARLY_UPDATE = "decayed parameters (AdamW, computed early)"
+# In every other dtype setting only the embedding's and lm_head's decayed float32 copies are made
+# at the start of the step (memory-pool traces of eight sweep configs, benchmarks/README (e)).
+EARLY_VOCABULARY = "decayed vocabulary parameters (AdamW, computed early)"
+
+
+def _float32(model: ModelSpec) -> bool:
+    return model.param_bytes == FP32 and model.compute_bytes == FP32
+
+
+def _vocabulary_params(model: ModelSpec) -> int:
+    return model.vocab * model.hidden * (1 if model.tie_embeddings else 2)
 
 
 def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int, kept: list[int],
@@ -262,21 +278,33 @@ def _gradient_set(model: ModelSpec, layers: int) -> int:
     return layers * per_layer + 2 * p * model.vocab * h + norm * h
 
 
-def _optimizer_step(model: ModelSpec, layers: int) -> StagePeak:
+def _optimizer_step(model: ModelSpec, layers: int, early: dict[str, int]) -> StagePeak:
     """MindFormers' AdamW as graph ops, after clip-grad and the overflow select.
 
-    The step replaces the gradients by zeros on overflow (`select(overflow, zeros_like(g), g)`):
-    by the time the optimizer runs, a zero tensor of every gradient's shape exists too.
+    Float32 models: the step replaces the gradients by zeros on overflow
+    (`select(overflow, zeros_like(g), g)`): by the time the optimizer runs, a zero tensor of every
+    gradient's shape exists too. Every parameter's update returns a new parameter-sized tensor,
+    held until the whole optimizer has run, while the gradients not yet used are still held: one
+    gradient set in all. Each update computes the new moments and the step in float32: three
+    temporaries of the largest parameter.
 
-    Every parameter's update returns a new parameter-sized tensor, held until the whole
-    optimizer has run, while the gradients not yet used are still held: one gradient set in
-    all. Each update computes in float32: the new moments and the step (three float32
-    temporaries of the largest parameter), plus the parameter and its gradient cast to float32
-    when the parameters are not float32 (two more).
+    Other dtype settings: the runtime runs the updates side by side, one op of every parameter
+    after another, so at the peak each parameter has two float32 tensors alive (its clipped or
+    cast gradient and the first product of the moment update), whatever the parameter dtype. The
+    embedding's and lm_head's decayed copies made at the start of the step are still held. On
+    top of that, the parameter being finished holds float32 copies of its two moments
+    (TensorMove) and, when compute_dtype is float16, a float32 temporary of the embedding's
+    update is alive as well (whichever is larger). Memory-pool traces of s01, s19, s21, s25,
+    s26, s27 and s31 show these tensors at the peak (benchmarks/README (e)).
     """
-    largest = max([*model.layer_param_list(), model.vocab * model.hidden])
-    temporaries = 3 + (2 if model.param_bytes != FP32 else 0)
-    gradients = _gradient_set(model, layers)
+    if _float32(model):
+        largest = max([*model.layer_param_list(), model.vocab * model.hidden])
+        gradients = _gradient_set(model, layers)
+        return StagePeak(checkpoint="optimizer step", components={
+            "gradients": gradients, "zeros of the overflow select": gradients,
+            "optimizer outputs": 3 * FP32 * largest})
+    params = layers * model.layer_params + model.hidden + _vocabulary_params(model)
+    moments = 2 * max(model.layer_param_list())
+    finishing = max(moments, model.vocab * model.hidden) if model.compute_bytes != FP32 else moments
     return StagePeak(checkpoint="optimizer step", components={
-        "gradients": gradients, "zeros of the overflow select": gradients,
-        "optimizer outputs": temporaries * FP32 * largest})
+        "optimizer working set": 2 * FP32 * params, "update being finished": FP32 * finishing, **early})
