@@ -116,8 +116,9 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
     tables = _cpu_tables(model, effects)
     copies = _weight_copies(model, effects)
     candidates = [
-        StagePeak(checkpoint="start of the step (weight copies)", components={
-            "weight copies": copies.forward_total + copies.backward_total, "model-level tensors": tables}),
+        StagePeak(checkpoint="first attention of the forward (weight copies made)", components={
+            "weight copies": copies.forward_total + copies.backward_total, "model-level tensors": tables,
+            "layer working set": _first_scores(model, effects)}),
         StagePeak(checkpoint="end of the forward (loss)", components={
             "activations kept": sum(kept), "weight copies": copies.backward_total,
             "model-level tensors": _forward_model_level(model) + tables,
@@ -158,6 +159,33 @@ def _vocabulary_params(model: ModelSpec) -> int:
     return model.vocab * model.hidden * (1 if model.tie_embeddings else 2)
 
 
+def _first_scores(model: ModelSpec, effects: list[LayerEffect]) -> int:
+    """The score-sized tensors of layer 0's attention, alive while every weight copy still exists.
+
+    The casts of the weights run as soon as the step starts, before the forward has freed any,
+    so the first attention's b*n*s*s tensors come on top of them (memory-pool traces of h00, h04
+    and p1). CPU BatchMatMul computes in float32. A float32 model holds the scores and the
+    probabilities. In a float16 model:
+    * attention recomputed: nothing is kept for the backward; the largest moment is the float32
+      scores beside the probabilities (float32 softmax), or the float32 BatchMatMul output beside
+      its float16 cast (float16 softmax);
+    * attention kept: the probabilities stay in the softmax dtype, next to their float16 cast (a
+      float32 softmax) and two float32 copies made for the BatchMatMuls that read them, the
+      forward's and the backward's (the latter is made at once: it reads only the probabilities).
+    Which case applies is decided by whether some layer rebuilds its attention, as for the causal
+    mask (`_cpu_tables`): recompute counts and layer lists start at the first layer, and the
+    planner's search needs stage-wide terms to be shared, not tied to one layer's position.
+    """
+    scores = dims(model, ParallelSpec()).scores
+    if model.compute_bytes == FP32:
+        return (2 * FP32 + (model.softmax_bytes if model.softmax_cast else 0)) * scores
+    recomputed = _attention_rebuilt(effects)
+    if recomputed:
+        return (2 * FP32 if model.softmax_bytes == FP32 else FP32 + model.compute_bytes) * scores
+    cast = model.compute_bytes if model.softmax_bytes != model.compute_bytes else 0
+    return (model.softmax_bytes + cast + 2 * FP32) * scores
+
+
 def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int, kept: list[int],
                         copies: WeightCopies, tables: int) -> StagePeak:
     """Inside layer `index`'s attention backward: the MLP part is done, the score gradients are alive.
@@ -169,7 +197,7 @@ def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int
     """
     dim, c = dims(model, ParallelSpec()), model.compute_bytes
     attention = _held_in_backward(effects[index], ("attention.", "attention_norm."))
-    mlp = model.param_bytes * 3 * model.hidden * model.ffn
+    mlp = model.gradient_bytes * 3 * model.hidden * model.ffn
     return StagePeak(checkpoint=f"attention backward of layer {index}", components={
         "activations kept": sum(kept[:index]),
         "weight copies": sum(copies.backward[:index + 1]),
@@ -218,7 +246,7 @@ def _weight_copies(model: ModelSpec, effects: list[LayerEffect]) -> WeightCopies
     for effect in effects:
         held = made = 0
         for path, size in sizes.items():
-            rerun = path in effect.recomputed_ops
+            rerun = _rerun(path, effect)
             to_forward, to_backward = _copy_bytes(model, rerun)
             forward += to_forward * size
             held += to_backward * size
@@ -229,6 +257,18 @@ def _weight_copies(model: ModelSpec, effects: list[LayerEffect]) -> WeightCopies
     head = model.vocab * model.hidden
     return WeightCopies(forward_total=forward + head_forward * head, backward=tuple(backward),
                         lm_head=head_backward * head, late=tuple(late))
+
+
+def _rerun(path: str, effect: LayerEffect) -> bool:
+    """Whether the backward runs this Linear again. A recompute re-runs only what some backward op
+    reads: w2's output feeds only the residual add, so w2 never runs again; wo's output is read
+    again only when the ffn_norm after the residual add is rebuilt too (memory-pool traces of h04
+    and h14: no recompute copy of w2, and of wo only under full recompute)."""
+    if path not in effect.recomputed_ops or path == "feed_forward.w2.matmul":
+        return False
+    if path == "attention.wo.matmul":
+        return any(item.fate == "recomputed" and item.saved.path.startswith("ffn_norm.") for item in effect.tensors)
+    return True
 
 
 def _copy_bytes(model: ModelSpec, recomputed: bool) -> tuple[int, int]:
@@ -249,10 +289,13 @@ _LINEAR_OPS = ("attention.wq.matmul", "attention.wk.matmul", "attention.wv.matmu
 def _cpu_tables(model: ModelSpec, effects: list[LayerEffect]) -> int:
     """cos/sin tables (rotary_dtype), per-token statistics, the causal mask when attention is rebuilt."""
     dim = dims(model, ParallelSpec())
-    attention_rebuilt = any(item.fate == "recomputed" and item.saved.path.startswith("attention.")
-                            for effect in effects for item in effect.tensors)
-    mask = FP32 * model.batch * model.seq * model.seq if attention_rebuilt else 0
+    mask = FP32 * model.batch * model.seq * model.seq if _attention_rebuilt(effects) else 0
     return model.rotary_bytes * 2 * model.seq * model.head_dim + FP32 * 3 * dim.bs + mask
+
+
+def _attention_rebuilt(effects: list[LayerEffect]) -> bool:
+    return any(item.fate == "recomputed" and item.saved.path.startswith("attention.")
+               for effect in effects for item in effect.tensors)
 
 
 def _forward_model_level(model: ModelSpec) -> int:
@@ -266,7 +309,8 @@ def _forward_model_level(model: ModelSpec) -> int:
 
 def _gradients_after(model: ModelSpec, index: int, layers: int) -> int:
     """Gradients held when layer `index`'s backward starts: later layers, lm_head, final norm."""
-    h, p, norm = model.hidden, model.param_bytes, model.layernorm_bytes
+    h, p = model.hidden, model.gradient_bytes
+    norm = max(p, model.layernorm_bytes)
     per_layer = p * (model.layer_params - 2 * h) + norm * 2 * h
     return (layers - 1 - index) * per_layer + p * model.vocab * h + norm * h
 

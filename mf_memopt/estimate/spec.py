@@ -35,6 +35,7 @@ class ModelSpec:
     layernorm_bytes: int = 4    # layernorm_compute_type (the RmsNorm weights are kept in it too)
     rotary_bytes: int = 4       # rotary_dtype (the cos/sin tables)
     dtypes: tuple[tuple[str, str], ...] = ()  # (YAML key, dtype name) as resolved, MindFormers' defaults filled in
+    clip_grad: bool = False     # runner_wrapper.use_clip_grad: the train step's clip-grad casts gradients to float32
 
     @property
     def norm_cast(self) -> bool:
@@ -59,6 +60,13 @@ class ModelSpec:
 
     def dtype(self, key: str) -> str:
         return dict(self.dtypes).get(key, DEFAULT_DTYPES.get(key, ""))
+
+    @property
+    def gradient_bytes(self) -> int:
+        """Bytes per element of a gradient held during the backward. Clip-grad casts each gradient to
+        float32 as soon as it exists (the cast does not wait for the global norm) and keeps that copy
+        until the clip; the gradient itself is freed (memory-pool traces, benchmarks/README (e))."""
+        return 4 if self.clip_grad else self.param_bytes
 
     @property
     def head_dim(self) -> int:
@@ -185,7 +193,8 @@ def _model(source: Source, model: dict[str, Any]) -> ModelSpec:
         layernorm_bytes=DTYPE_BYTES[dtypes["layernorm_compute_type"]], rotary_bytes=DTYPE_BYTES[dtypes["rotary_dtype"]],
         dtypes=tuple(sorted(dtypes.items())),
         flash_attention=bool(model.get("use_flash_attention", False)),
-        tie_embeddings=bool(model.get("tie_word_embeddings", False)))
+        tie_embeddings=bool(model.get("tie_word_embeddings", False)),
+        clip_grad=source.get(("runner_wrapper", "use_clip_grad"), False) is True)
 
 
 def _parallel(source: Source) -> ParallelSpec:
