@@ -23,8 +23,10 @@ with S_j the kept tensors of layer j, S_all(i) all of layer i's tensors (rebuilt
 recomputed), G(i) the gradients already computed (layers after i, lm_head, final norm),
 M_fwd = e*(4*b*s*h + 2*s*d + 3*b*s), M_bwd = e*(2*b*s*h + 2*s*d + 3*b*s), plus e*b*s*s for
 the causal mask when some attention is recomputed (it is kept as a recompute input).
-AdamW's decayed float32 parameters are computed at the start of the step and held to its end:
-every parameter's in a float32 model, only the embedding's and lm_head's (p_vocab) otherwise.
+AdamW's decayed float32 copies of the embedding and lm_head (p_vocab) are computed at the start
+of the step and held to its end. Weight copies: mixed-precision models cast each Linear weight to
+float32 for CPU MatMul; a float32 model copies each decoder-layer parameter instead (the
+optimizer assigns it in place); both are made at the start and freed by the last reader.
 P counts every parameter; p_layer is the largest decoder-layer weight.
 """
 
@@ -39,7 +41,7 @@ from .transfer import LayerTransfer
 
 
 STATIC = ("parameters", "gradients", "optimizer states", "gradients so far", "optimizer outputs", "weight copies",
-          "zeros of the overflow select", "decayed parameters (AdamW, computed early)",
+          "zeros of the overflow select",
           "decayed vocabulary parameters (AdamW, computed early)", "optimizer working set", "update being finished")
 ACTIVATIONS = ("activations kept", "swapped, still on device", "model-level tensors")
 
@@ -133,8 +135,7 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
             "layer working set": _held_in_backward(effects[index]) + 2 * FP32 * dim.bsf + copies.late[index]
                                  + effects[index].backward_extra}))
         candidates.append(_attention_backward(model, effects, index, kept, copies, tables))
-    early = {EARLY_UPDATE: _gradient_set(model, len(effects))} if _float32(model) else \
-        {EARLY_VOCABULARY: FP32 * _vocabulary_params(model)}
+    early = {EARLY_VOCABULARY: FP32 * _vocabulary_params(model)}
     candidates = [StagePeak(checkpoint=candidate.checkpoint, components={**candidate.components, **early})
                   for candidate in candidates]
     candidates.append(_optimizer_step(model, len(effects), early))
@@ -142,13 +143,12 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
 
 
 # MindFormers' AdamW starts each update with param * (1 - lr * weight_decay), which reads only the
-# parameter and the learning rate: in a float32 model the runtime computes it for every parameter
-# as soon as the step starts and holds it until that parameter's update (measured: a float32
-# parameter set more at the end of the forward; none when compute or parameters are float16).
-EARLY_UPDATE = "decayed parameters (AdamW, computed early)"
-# In every other dtype setting only the embedding's and lm_head's decayed float32 copies are made
-# at the start of the step (memory-pool traces of eight sweep configs, benchmarks/README (e)).
+# parameter and the learning rate. The runtime computes it for the embedding and lm_head as soon
+# as the step starts and holds it to the end (memory-pool traces of s01, s08, s21, s26, p8).
 EARLY_VOCABULARY = "decayed vocabulary parameters (AdamW, computed early)"
+# What a float32 model holds instead of weight copies: the optimizer assigns every parameter in
+# place, so the runtime copies (TensorMove) each decoder-layer parameter at the step's start for
+# the reads before the update, and frees the copy after that layer's backward (trace of p8).
 
 
 def _float32(model: ModelSpec) -> bool:
@@ -251,6 +251,8 @@ def _weight_copies(model: ModelSpec, effects: list[LayerEffect]) -> WeightCopies
             forward += to_forward * size
             held += to_backward * size
             made += FP32 * size if rerun and model.weight_cast else 0
+        if _float32(model):
+            held += FP32 * model.layer_params
         backward.append(held)
         late.append(made)
     head_forward, head_backward = _copy_bytes(model, False)
