@@ -34,10 +34,11 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 BASE_CONFIG = REPO / "configs" / "llama_tiny.yaml"
 DATA = REPO / "benchmarks" / "data" / "sweep_peaks.json"
-FRESH_DATA = REPO / "benchmarks" / "data" / "sweep_fresh_peaks.json"
 PINNED_DATA = REPO / "tests" / "data" / "estimate" / "mixed_precision_peaks.json"
 SEED = 20261128  # the first seed from 20261123 whose sweep reaches every end of every range
-FRESH_SEED = 20261124  # the fresh held-out set (`--set fresh`), drawn after the estimator's last change
+# Held-out sets drawn later from other seeds, all held out: `--set fresh` was measured before the
+# estimator change of 2026-11-23 14:00 and looked at after it; `--set fresh2` after the last change.
+FRESH_SETS = {"fresh": (20261124, "h"), "fresh2": (20261125, "k")}
 PAIRS = 16
 STEPS = 1
 TARGET, AIM = 0.05, 0.03
@@ -113,9 +114,9 @@ PINNED = [SweepConfig(name=f"p{index}", half="pinned", dtype=dtype, recompute=fo
 
 
 def generate(which: str = "sweep") -> list[SweepConfig]:
-    """The sweep's 32 configs, or (`fresh`) the second held-out set."""
-    if which == "fresh":
-        return fresh()
+    """The sweep's 32 configs, or one of the later held-out sets (`fresh`, `fresh2`)."""
+    if which in FRESH_SETS:
+        return fresh(which)
     rng = random.Random(SEED)
     configs = []
     dtypes, forms = list(DTYPES), list(RECOMPUTE)
@@ -128,16 +129,18 @@ def generate(which: str = "sweep") -> list[SweepConfig]:
     return configs
 
 
-def fresh() -> list[SweepConfig]:
-    """16 configs drawn after the estimator was last changed, from another seed, all held out.
+def fresh(which: str = "fresh") -> list[SweepConfig]:
+    """16 configs of a later held-out set, from its own seed.
 
     They pair dtype settings with recompute forms the sweep never put together (form index
-    shifted by three), so they test combinations as well as shapes.
+    shifted by three, or by five for `fresh2`), so they test combinations as well as shapes.
     """
-    rng = random.Random(FRESH_SEED)
+    seed, prefix = FRESH_SETS[which]
+    shift = 3 if which == "fresh" else 5
+    rng = random.Random(seed)
     dtypes, forms = list(DTYPES), list(RECOMPUTE)
-    return [SweepConfig(name=f"h{index:02d}", half="fresh", dtype=dtypes[index % len(dtypes)],
-                        recompute=forms[(index + 3) % len(forms)], model=_shape(rng)) for index in range(PAIRS)]
+    return [SweepConfig(name=f"{prefix}{index:02d}", half=which, dtype=dtypes[index % len(dtypes)],
+                        recompute=forms[(index + shift) % len(forms)], model=_shape(rng)) for index in range(PAIRS)]
 
 
 def _shape(rng: random.Random) -> dict[str, Any]:
@@ -207,7 +210,7 @@ def measure(only: list[str] | None = None, *, pinned: bool = False, which: str =
 
 
 def _data_file(which: str) -> Path:
-    return FRESH_DATA if which == "fresh" else DATA
+    return REPO / "benchmarks" / "data" / f"sweep_{which}_peaks.json" if which in FRESH_SETS else DATA
 
 
 def _entry(config: SweepConfig) -> dict[str, Any]:
@@ -234,7 +237,9 @@ def _save(data: dict[str, Any], entries: dict[str, dict[str, Any]], path: Path =
 
 
 def _regenerate_flag(path: Path) -> str:
-    return {PINNED_DATA: " --pinned", FRESH_DATA: " --set fresh"}.get(path, "")
+    if path == PINNED_DATA:
+        return " --pinned"
+    return next((f" --set {which}" for which in FRESH_SETS if path == _data_file(which)), "")
 
 
 def _launcher_revision() -> str:
@@ -257,7 +262,7 @@ def compare(remeasure: bool = False, which: str = "sweep") -> float:
         measure(which=which)
     data = _load(path)
     measured = {entry["name"]: entry for entry in data["configs"]}
-    rows, errors = [], {"build": [], "held-out": [], "fresh": []}
+    rows, errors = [], {"build": [], "held-out": [], **{which: [] for which in FRESH_SETS}}
     with tempfile.TemporaryDirectory(prefix="mf_memopt_sweep_") as tmp:
         for config in generate(which):
             entry = measured.get(config.name)
@@ -270,7 +275,7 @@ def compare(remeasure: bool = False, which: str = "sweep") -> float:
             errors[config.half].append(abs(error))
             rows.append(_row(config, entry["measured_mib"], estimated, f"{error:+.1%}", term,
                              f"{estimated - entry['measured_mib'] - 0.5:+.1f}"))
-    print_table(f"(e) {'fresh held-out set' if which == 'fresh' else 'sweep'}: estimate --runtime cpu against the "
+    print_table(f"(e) {which if which in FRESH_SETS else 'sweep'}: estimate --runtime cpu against the "
                 f"measured memory-pool peak (MiB); data {path.relative_to(REPO)} (MindSpore {data.get('mindspore')}, launcher {data.get('launcher')})",
                 ("config", "half", "layers", "h", "n/kv", "s", "b", "v", "f", "dtypes", "recompute", "measured",
                  "estimated", "error", "MiB off", "estimated peak at"), rows)
@@ -279,7 +284,7 @@ def compare(remeasure: bool = False, which: str = "sweep") -> float:
             print(f"{half}: {len(values)} configs, worst {max(values):.1%}, median {statistics.median(values):.1%}, "
                   f"within {TARGET:.0%}: {sum(value <= TARGET for value in values)}/{len(values)}, "
                   f"within {AIM:.0%}: {sum(value <= AIM for value in values)}/{len(values)}")
-    return max(errors["fresh" if which == "fresh" else "held-out"], default=float("nan"))
+    return max(errors[which if which in FRESH_SETS else "held-out"], default=float("nan"))
 
 
 def relative_error(estimated_mib: float, measured_mib: float) -> float:
@@ -319,8 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     against = commands.add_parser("compare", help="the estimator against the recorded peaks")
     listing = commands.add_parser("list", help="print the generated configs")
     for command in (run, against, listing):
-        command.add_argument("--set", dest="which", choices=("sweep", "fresh"), default="sweep",
-                             help="the 32-config sweep (default) or the fresh held-out set of 16")
+        command.add_argument("--set", dest="which", choices=("sweep", *FRESH_SETS), default="sweep",
+                             help="the 32-config sweep (default) or a later held-out set of 16")
     args = parser.parse_args(argv)
     if args.command == "measure":
         measure(args.only, pinned=args.pinned, which=args.which)
