@@ -9,12 +9,16 @@ and recompute form but different shapes: the first of each pair is in the `build
 at while building the estimator), the second in the `held-out` half. Shapes are drawn so that
 one training run stays under ~4 GiB and the whole sweep trains in about 15 minutes here.
 
-    python benchmarks/sweep.py measure [--only NAME ...]   # train each config, write the data file
-    python benchmarks/sweep.py compare                     # estimator against the data file
-    python benchmarks/run.py --only sweep [--remeasure]    # the same through the benchmark runner
+Two later held-out sets of 16 each come from other seeds (`--set fresh`, `--set fresh2`); they
+pair dtype settings and recompute forms the sweep never put together.
 
-Measured peaks live in `benchmarks/data/sweep_peaks.json` (the pool prints whole MiB); `compare`
-needs no training.
+    python benchmarks/sweep.py measure [--set fresh|fresh2] [--only NAME ...]  # train, write the data file
+    python benchmarks/sweep.py compare [--set fresh|fresh2]   # estimator against the data file
+    python benchmarks/sweep.py shipped [--remeasure]          # estimate --measure on every configs/*.yaml
+    python benchmarks/run.py --only sweep [--remeasure]       # the sweep through the benchmark runner
+
+Measured peaks live in `benchmarks/data/*_peaks.json` (the pool prints whole MiB, cut down; errors
+are against the middle of that MiB); `compare` needs no training.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 BASE_CONFIG = REPO / "configs" / "llama_tiny.yaml"
 DATA = REPO / "benchmarks" / "data" / "sweep_peaks.json"
+SHIPPED_DATA = REPO / "benchmarks" / "data" / "shipped_peaks.json"
 PINNED_DATA = REPO / "tests" / "data" / "estimate" / "mixed_precision_peaks.json"
 SEED = 20261128  # the first seed from 20261123 whose sweep reaches every end of every range
 # Held-out sets drawn later from other seeds, all held out: `--set fresh` was measured before the
@@ -228,7 +233,7 @@ def _save(data: dict[str, Any], entries: dict[str, dict[str, Any]], path: Path =
 
     data.update({"about": "MindSpore memory-pool peak (MiB, whole MiB as printed) of each sweep config trained "
                           f"{STEPS} step(s) by run_mindformer_memopt.py on the CPU backend; regenerate with "
-                          f"`python benchmarks/sweep.py measure{_regenerate_flag(path)}`",
+                          f"`python benchmarks/sweep.py {_regenerate_command(path)}`",
                  "seed": SEED, "mindspore": mindspore.__version__, "mindformers": mindformers.__version__,
                  "launcher": _launcher_revision(),
                  "configs": [entries[name] for name in sorted(entries)]})
@@ -236,10 +241,12 @@ def _save(data: dict[str, Any], entries: dict[str, dict[str, Any]], path: Path =
     path.write_text(json.dumps(data, indent=1) + "\n")
 
 
-def _regenerate_flag(path: Path) -> str:
+def _regenerate_command(path: Path) -> str:
+    if path == SHIPPED_DATA:
+        return "shipped --remeasure"
     if path == PINNED_DATA:
-        return " --pinned"
-    return next((f" --set {which}" for which in FRESH_SETS if path == _data_file(which)), "")
+        return "measure --pinned"
+    return "measure" + next((f" --set {which}" for which in FRESH_SETS if path == _data_file(which)), "")
 
 
 def _launcher_revision() -> str:
@@ -295,6 +302,43 @@ def relative_error(estimated_mib: float, measured_mib: float) -> float:
     return (estimated_mib - center) / center
 
 
+def shipped(remeasure: bool = False) -> float:
+    """`estimate --measure` on every trainable shipped config (configs/*.yaml): one training step each,
+    the pool peak recorded in benchmarks/data/shipped_peaks.json; returns the worst error."""
+    from benchmarks.common import print_table
+    from mf_memopt.estimate.measure import MeasureError, measure_peak
+
+    configs = sorted((REPO / "configs").glob("*.yaml"))
+    data = _load(SHIPPED_DATA)
+    entries = {entry["name"]: entry for entry in data.get("configs", [])}
+    for config in configs:
+        name = config.relative_to(REPO).as_posix()
+        if remeasure or name not in entries:
+            print(f"training {name} ...", file=sys.stderr, flush=True)
+            try:
+                entries[name] = {"name": name, "measured_mib": measure_peak(config, steps=STEPS).peak_bytes / 2**20}
+            except MeasureError as error:
+                entries[name] = {"name": name, "error": str(error)}
+            _save(data, entries, SHIPPED_DATA)
+    rows, errors = [], []
+    for config in configs:
+        entry = entries[config.relative_to(REPO).as_posix()]
+        if "measured_mib" not in entry:
+            rows.append([entry["name"], "-", "-", f"failed: {entry.get('error', '')[:80]}", ""])
+            continue
+        estimated, term = _estimate(config)
+        error = relative_error(estimated, entry["measured_mib"])
+        errors.append(abs(error))
+        rows.append([entry["name"], f"{entry['measured_mib']:.0f}", f"{estimated:.1f}", f"{error:+.1%}", term])
+    print_table(f"(e) shipped configs: estimate --runtime cpu against the measured memory-pool peak (MiB); data "
+                f"{SHIPPED_DATA.relative_to(REPO)}", ("config", "measured", "estimated", "error", "estimated peak at"),
+                rows)
+    if errors:
+        print(f"shipped: {len(errors)} configs, worst {max(errors):.1%}, median {statistics.median(errors):.1%}, "
+              f"within {TARGET:.0%}: {sum(value <= TARGET for value in errors)}/{len(errors)}")
+    return max(errors, default=float("nan"))
+
+
 def _estimate(path: Path) -> tuple[float, str]:
     from mf_memopt.estimate import estimate_config
 
@@ -323,12 +367,16 @@ def main(argv: list[str] | None = None) -> int:
                                                            f"(writes {PINNED_DATA.relative_to(REPO)})")
     against = commands.add_parser("compare", help="the estimator against the recorded peaks")
     listing = commands.add_parser("list", help="print the generated configs")
+    ships = commands.add_parser("shipped", help="estimate --measure on every shipped config (configs/*.yaml)")
+    ships.add_argument("--remeasure", action="store_true", help="train them again instead of reading the data file")
     for command in (run, against, listing):
         command.add_argument("--set", dest="which", choices=("sweep", *FRESH_SETS), default="sweep",
                              help="the 32-config sweep (default) or a later held-out set of 16")
     args = parser.parse_args(argv)
     if args.command == "measure":
         measure(args.only, pinned=args.pinned, which=args.which)
+    elif args.command == "shipped":
+        shipped(args.remeasure)
     elif args.command == "list":
         for config in generate(args.which):
             print(config.name, config.half, config.dtype, "|", config.recompute, "|", config.model)
