@@ -256,6 +256,8 @@ def _weight_copies(model: ModelSpec, effects: list[LayerEffect]) -> WeightCopies
         backward.append(held)
         late.append(made)
     head_forward, head_backward = _copy_bytes(model, False)
+    if _float32(model):
+        head_backward = FP32        # lm_head's TensorMove, held until lm_head's backward (traces of k01, k15)
     head = model.vocab * model.hidden
     return WeightCopies(forward_total=forward + head_forward * head, backward=tuple(backward),
                         lm_head=head_backward * head, late=tuple(late))
