@@ -3,7 +3,7 @@
 For the shipped tiny config and the medium config, each recompute variant of `memory.py`
 (and full recompute of only the first two layers) is trained for two steps by the real launcher, and its MindSpore memory-pool peak is
 compared with `mf_memopt estimate --runtime cpu` of the same YAML. Target: within 10% on
-every case. The pool prints whole MiB (truncated), which is the resolution of the check.
+every case. The pool prints whole MiB (cut down); errors are against the middle of that MiB.
 
 It also times `estimate` (the ascend runtime, with its chart) on every shipped config:
 the target is under a second each.
@@ -44,13 +44,14 @@ def run() -> None:
 
 
 def _case(config: Path, name: str, section: dict, work: Path) -> tuple[list[str], float]:
+    from benchmarks.sweep import relative_error
     from mf_memopt.estimate import estimate_config
 
     variant = write_variant(config, section, work / "config.yaml")
     measured = parse_log(name, _launch(variant, STEPS, work)).peak_mb
     stage = estimate_config(variant, runtime="cpu").stages[0]
     estimated = stage.peak.peak / 2**20
-    error = (estimated - measured) / measured
+    error = relative_error(estimated, measured)
     return [config.name, name, str(measured), f"{estimated:.1f}", f"{error:+.1%}", stage.peak.checkpoint], error
 
 
