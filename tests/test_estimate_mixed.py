@@ -22,7 +22,7 @@ from mf_memopt.estimate.measure import failure_summary
 
 TOLERANCE = 0.05
 # Configs the estimate misses by more than 5%, with the bound they must stay within and the
-# term that is off (benchmarks/README.md, section (d)). A model change that fixes one must
+# term that is off (benchmarks/README.md, section (e)). A model change that fixes one must
 # remove it here: the second test below fails otherwise.
 KNOWN_RESIDUALS: dict[str, tuple[float, str]] = {}
 MEASURED = {entry["name"]: entry for entry in json.loads(PINNED_DATA.read_text())["configs"]}
