@@ -190,21 +190,31 @@ def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int
                         copies: WeightCopies, tables: int) -> StagePeak:
     """Inside layer `index`'s attention backward: the MLP part is done, the score gradients are alive.
 
-    The gradient of the probabilities comes out of the float32 BatchMatMul (b*n*s*s float32),
-    plus its float16 cast when compute_dtype is float16 and the softmax is computed in another
-    dtype; the layer's attention tensors
-    (rebuilt if recomputed) are still held.
+    The layer's attention tensors (rebuilt if recomputed) are still held, and the softmax backward
+    works on b*n*s*s tensors (memory-pool traces of m05, m06 and k07):
+    * float32 compute: the gradient of the probabilities (float32 BatchMatMul output) and the
+      softmax backward's first product;
+    * float16 compute, attention kept: that gradient plus its float16 cast when the softmax is
+      computed in another dtype;
+    * float16 compute, float32 softmax, attention recomputed: the gradient cast to float32, the
+      softmax backward's temporary and the rebuilt float32 scores the softmax read.
     """
     dim, c = dims(model, ParallelSpec()), model.compute_bytes
     attention = _held_in_backward(effects[index], ("attention.", "attention_norm."))
+    rebuilt = any(item.fate == "recomputed" and item.saved.path == "attention.softmax" for item in effects[index].tensors)
+    if c == FP32:
+        working = 2 * FP32
+    elif rebuilt and model.softmax_bytes == FP32:
+        working = 3 * FP32
+    else:
+        working = FP32 + (c if model.softmax_cast else 0)
     mlp = model.gradient_bytes * 3 * model.hidden * model.ffn
     return StagePeak(checkpoint=f"attention backward of layer {index}", components={
         "activations kept": sum(kept[:index]),
         "weight copies": sum(copies.backward[:index + 1]),
         "gradients so far": _gradients_after(model, index, len(effects)) + mlp,
         "model-level tensors": 2 * c * dim.bsh_full + tables,
-        "layer working set": attention + (FP32 + (c if c == 2 and model.softmax_cast else 0)) * dim.scores
-        + copies.late[index]})
+        "layer working set": attention + working * dim.scores + copies.late[index]})
 
 
 def _held_in_backward(effect: LayerEffect, prefixes: tuple[str, ...] = ("",)) -> int:
@@ -227,7 +237,12 @@ class WeightCopies:
       Linear is recomputed (then its float16 cast is recomputed and the copy made late);
     * compute float32, param_init_type float16: the model's own float32 cast serves the
       forward and the backward, held until the backward (until the forward if recomputed);
-    * float32 throughout: none.
+    * float32 throughout: no cast, but a copy of the parameter itself (TensorMove), because the
+      backward reads the parameter after the optimizer may have assigned it; held until the
+      layer's backward (lm_head's until its backward);
+    * a Linear with a cast whose whole layer is recomputed: also a TensorMove copy of the
+      parameter, in its dtype, until the layer's backward (the recompute casts it again).
+    Recompute re-runs neither w2 nor, unless ffn_norm is rebuilt too, wo (`_rerun`).
     """
 
     forward_total: int
@@ -245,12 +260,20 @@ def _weight_copies(model: ModelSpec, effects: list[LayerEffect]) -> WeightCopies
     forward, backward, late = 0, [], []
     for effect in effects:
         held = made = 0
+        whole_layer = any(item.fate == "recomputed" and item.saved.path.startswith(("attention_norm.", "ffn_norm."))
+                          for item in effect.tensors)
         for path, size in sizes.items():
             rerun = _rerun(path, effect)
             to_forward, to_backward = _copy_bytes(model, rerun)
             forward += to_forward * size
             held += to_backward * size
-            made += FP32 * size if rerun and model.weight_cast else 0
+            if rerun and model.weight_cast:
+                made += FP32 * size
+                if whole_layer:
+                    # a whole-layer recompute casts the parameter again, after the optimizer may have
+                    # assigned it: the runtime keeps a copy (TensorMove) from the start (trace of m02;
+                    # none under the attention cell's recompute, p5)
+                    held += model.param_bytes * size
         if _float32(model):
             held += FP32 * model.layer_params
         backward.append(held)
