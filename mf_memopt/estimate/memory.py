@@ -132,7 +132,7 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
             "weight copies": sum(copies.backward[:index + 1]),
             "gradients so far": _gradients_after(model, index, len(effects)),
             "model-level tensors": 2 * model.compute_bytes * dim.bsh_full + tables,
-            "layer working set": _held_in_backward(effects[index]) + 2 * FP32 * dim.bsf + copies.late[index]
+            "layer working set": _held_in_mlp_backward(effects[index]) + 2 * FP32 * dim.bsf + copies.late[index]
                                  + effects[index].backward_extra}))
         candidates.append(_attention_backward(model, effects, index, kept, copies, tables))
     early = {EARLY_VOCABULARY: FP32 * _vocabulary_params(model)}
@@ -217,6 +217,17 @@ def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int
         "layer working set": attention + working * dim.scores + copies.late[index]})
 
 
+def _held_in_mlp_backward(effect: LayerEffect) -> int:
+    """A layer's tensors while its MLP backward runs. A recomputed attention cell is rebuilt when the
+    gradient reaches it, after the MLP backward, unless the recompute spans the whole layer (its norms
+    are rebuilt too: one segment, rebuilt at the start of the layer's backward) (traces of k07, p5)."""
+    whole_layer = any(item.fate == "recomputed" and item.saved.path.startswith(("attention_norm.", "ffn_norm."))
+                      for item in effect.tensors)
+    return sum(0 if item.fate == "recomputed" and item.saved.path.startswith("attention.") and not whole_layer
+               else item.saved.rebuilt_nbytes if item.fate == "recomputed" and item.saved.rebuilt_nbytes is not None
+               else item.saved.nbytes for item in effect.tensors)
+
+
 def _held_in_backward(effect: LayerEffect, prefixes: tuple[str, ...] = ("",)) -> int:
     """A layer's tensors during its backward: kept ones as kept, rebuilt ones at their rebuilt size."""
     return sum(item.saved.rebuilt_nbytes if item.fate == "recomputed" and item.saved.rebuilt_nbytes is not None
@@ -240,8 +251,8 @@ class WeightCopies:
     * float32 throughout: no cast, but a copy of the parameter itself (TensorMove), because the
       backward reads the parameter after the optimizer may have assigned it; held until the
       layer's backward (lm_head's until its backward);
-    * a Linear with a cast whose whole layer is recomputed: also a TensorMove copy of the
-      parameter, in its dtype, until the layer's backward (the recompute casts it again).
+    * a recomputed Linear with a cast: also a TensorMove copy of the parameter, in its dtype,
+      until the layer's backward (the recompute casts it again).
     Recompute re-runs neither w2 nor, unless ffn_norm is rebuilt too, wo (`_rerun`).
     """
 
@@ -260,20 +271,16 @@ def _weight_copies(model: ModelSpec, effects: list[LayerEffect]) -> WeightCopies
     forward, backward, late = 0, [], []
     for effect in effects:
         held = made = 0
-        whole_layer = any(item.fate == "recomputed" and item.saved.path.startswith(("attention_norm.", "ffn_norm."))
-                          for item in effect.tensors)
         for path, size in sizes.items():
             rerun = _rerun(path, effect)
             to_forward, to_backward = _copy_bytes(model, rerun)
             forward += to_forward * size
             held += to_backward * size
             if rerun and model.weight_cast:
+                # the recompute casts the parameter again, after the optimizer may have assigned it:
+                # the runtime keeps a copy (TensorMove) from the start (traces of m02, p5, q05)
                 made += FP32 * size
-                if whole_layer:
-                    # a whole-layer recompute casts the parameter again, after the optimizer may have
-                    # assigned it: the runtime keeps a copy (TensorMove) from the start (trace of m02;
-                    # none under the attention cell's recompute, p5)
-                    held += model.param_bytes * size
+                held += model.param_bytes * size
         if _float32(model):
             held += FP32 * model.layer_params
         backward.append(held)
