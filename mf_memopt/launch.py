@@ -100,12 +100,11 @@ def _flag_or_name(text: str) -> bool | str:
 
 
 def _run(args: argparse.Namespace, state: _State) -> int:
-    from .session import Overrides, check, prepare
+    from .session import Overrides, check, prepare, use_parallel_of
 
     source = load_source(args.config)
     written = Path(args.output_dir or source.get(("output_dir",)) or "output")
-    parallel = args.use_parallel if args.use_parallel is not None else bool(source.get(("use_parallel",), False))
-    state.output = check_output_dir(worker_output(written, use_parallel=parallel))
+    state.output = check_output_dir(worker_output(written, use_parallel=use_parallel_of(source, args.use_parallel)))
     _mindformers_paths(state.output)
     if args.register_path:
         _register(args.register_path)

@@ -6,7 +6,6 @@ without running it.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from .data import GENERATED, ensure_dataset
 from .errors import raise_if_errors
 from .logs import LOGGER
 from .model import BuiltModel, build_model, read_config
+from .outputs import msrun_workers
 from .plan import Plan
 from .source import Source, load_source
 from .training_config import training_issues
@@ -69,11 +69,11 @@ def prepare(config_path: str | Path, *, strict: bool = False, overrides: Overrid
     source = load_source(config_path)
     plan = plan or check(source, strict=strict, overrides=overrides)
     use_parallel = _parallel(source, overrides)
-    workers = int(os.environ.get("MS_WORKER_NUM", "1"))
+    workers = msrun_workers()
     if workers > 1 and not use_parallel:
         LOGGER.warning(f"{workers} workers train the same model independently because use_parallel is False; "
-                       "each writes under its own worker_<id> directory of the output directory "
-                       f"({overrides.output_dir}); pass --use_parallel True for data-parallel training")
+                       f"each writes under its own worker_<id> directory (this one: {overrides.output_dir}); "
+                       "pass --use_parallel True for data-parallel training")
     generated = ensure_dataset(source, overrides.train_dataset_dir)
     if generated is not None:
         LOGGER.info(f"generated the token file {generated} ({GENERATED[0]} of {source.file})")
@@ -89,9 +89,12 @@ def prepare(config_path: str | Path, *, strict: bool = False, overrides: Overrid
 
 
 def _parallel(source: Source, overrides: Overrides) -> bool:
-    if overrides.use_parallel is not None:
-        return overrides.use_parallel
-    return bool(source.get(("use_parallel",), False))
+    return use_parallel_of(source, overrides.use_parallel)
+
+
+def use_parallel_of(source: Source, flag: bool | None) -> bool:
+    """--use_parallel when given, else use_parallel of the YAML."""
+    return flag if flag is not None else bool(source.get(("use_parallel",), False))
 
 
 def _device_written(source: Source) -> str:
