@@ -344,7 +344,7 @@ def _forward_model_level(model: ModelSpec) -> int:
 def _gradients_after(model: ModelSpec, index: int, layers: int) -> int:
     """Gradients held when layer `index`'s backward starts: later layers, lm_head, final norm."""
     h, p = model.hidden, model.gradient_bytes
-    norm = max(p, model.layernorm_bytes)
+    norm = p if model.clip_grad else model.layernorm_bytes
     per_layer = p * (model.layer_params - 2 * h) + norm * 2 * h
     return (layers - 1 - index) * per_layer + p * model.vocab * h + norm * h
 
