@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .effects import LayerEffect
+from .effects import LayerEffect, TensorFate
 from .inventory import FP32, cpu_matmul_copies, dims
 from .spec import ModelSpec, OptimizerSpec, ParallelSpec
 from .transfer import LayerTransfer
@@ -146,9 +146,6 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
 # parameter and the learning rate. The runtime computes it for the embedding and lm_head as soon
 # as the step starts and holds it to the end (memory-pool traces of s01, s08, s21, s26, p8).
 EARLY_VOCABULARY = "decayed vocabulary parameters (AdamW, computed early)"
-# What a float32 model holds instead of weight copies: the optimizer assigns every parameter in
-# place, so the runtime copies (TensorMove) each decoder-layer parameter at the step's start for
-# the reads before the update, and frees the copy after that layer's backward (trace of p8).
 
 
 def _float32(model: ModelSpec) -> bool:
@@ -201,7 +198,7 @@ def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int
     """
     dim, c = dims(model, ParallelSpec()), model.compute_bytes
     attention = _held_in_backward(effects[index], ("attention.", "attention_norm."))
-    rebuilt = any(item.fate == "recomputed" and item.saved.path == "attention.softmax" for item in effects[index].tensors)
+    rebuilt = _rebuilds(effects[index], "attention.softmax")
     if c == FP32:
         working = 2 * FP32
     elif rebuilt and model.softmax_bytes == FP32:
@@ -221,17 +218,21 @@ def _held_in_mlp_backward(effect: LayerEffect) -> int:
     """A layer's tensors while its MLP backward runs. A recomputed attention cell is rebuilt when the
     gradient reaches it, after the MLP backward, unless the recompute spans the whole layer (its norms
     are rebuilt too: one segment, rebuilt at the start of the layer's backward) (traces of k07, p5)."""
-    whole_layer = any(item.fate == "recomputed" and item.saved.path.startswith(("attention_norm.", "ffn_norm."))
-                      for item in effect.tensors)
-    return sum(0 if item.fate == "recomputed" and item.saved.path.startswith("attention.") and not whole_layer
-               else item.saved.rebuilt_nbytes if item.fate == "recomputed" and item.saved.rebuilt_nbytes is not None
-               else item.saved.nbytes for item in effect.tensors)
+    if _rebuilds(effect, "attention_norm.", "ffn_norm."):
+        return _held_in_backward(effect)
+    return sum(_held_bytes(item) for item in effect.tensors
+               if not (item.fate == "recomputed" and item.saved.path.startswith("attention.")))
 
 
 def _held_in_backward(effect: LayerEffect, prefixes: tuple[str, ...] = ("",)) -> int:
     """A layer's tensors during its backward: kept ones as kept, rebuilt ones at their rebuilt size."""
-    return sum(item.saved.rebuilt_nbytes if item.fate == "recomputed" and item.saved.rebuilt_nbytes is not None
-               else item.saved.nbytes for item in effect.tensors if item.saved.path.startswith(prefixes))
+    return sum(_held_bytes(item) for item in effect.tensors if item.saved.path.startswith(prefixes))
+
+
+def _held_bytes(item: TensorFate) -> int:
+    if item.fate == "recomputed" and item.saved.rebuilt_nbytes is not None:
+        return item.saved.rebuilt_nbytes
+    return item.saved.nbytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +302,7 @@ def _rerun(path: str, effect: LayerEffect) -> bool:
     if path not in effect.recomputed_ops or path == "feed_forward.w2.matmul":
         return False
     if path == "attention.wo.matmul":
-        return any(item.fate == "recomputed" and item.saved.path.startswith("ffn_norm.") for item in effect.tensors)
+        return _rebuilds(effect, "ffn_norm.")
     return True
 
 
@@ -328,8 +329,12 @@ def _cpu_tables(model: ModelSpec, effects: list[LayerEffect]) -> int:
 
 
 def _attention_rebuilt(effects: list[LayerEffect]) -> bool:
-    return any(item.fate == "recomputed" and item.saved.path.startswith("attention.")
-               for effect in effects for item in effect.tensors)
+    return any(_rebuilds(effect, "attention.") for effect in effects)
+
+
+def _rebuilds(effect: LayerEffect, *prefixes: str) -> bool:
+    """Whether the layer's recompute rebuilds some tensor whose path starts with one of `prefixes`."""
+    return any(item.fate == "recomputed" and item.saved.path.startswith(prefixes) for item in effect.tensors)
 
 
 def _forward_model_level(model: ModelSpec) -> int:
