@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
 import re
 import subprocess
 import sys
@@ -30,7 +29,6 @@ REPO = Path(__file__).resolve().parent.parent
 _ALLOC = re.compile(r"-(\d\d:\d\d:\d\d\.\d+\.\d+) .*Op:Alloc memory increase.*?shape:(\([^)]*\)|\S+).*?"
                     r"dtype:(\w+).*? size:(\d+) .*?ptr:(0x[0-9a-f]+) from mem pool:1 .*?node:(\S+) index:")
 _FREE = re.compile(r"-(\d\d:\d\d:\d\d\.\d+\.\d+) .*FreeMemory\] Free memory from device address:\S+ ptr:(0x[0-9a-f]+)")
-_REPORTED = re.compile(r"DumpDynamicMemPoolStateInfo\].*?peak used mem:(\d+)M")
 _PREFIX = "Default/network-DataOrderWrapperCell/network-LlamaForCausalLM/"
 
 
@@ -53,6 +51,8 @@ class Peak:
 
 def replay(lines) -> Peak:
     """The live pool blocks at the largest total, from the allocation and release log lines."""
+    from mf_memopt.estimate.measure import CPU_PEAK
+
     events, reported = [], None
     for number, line in enumerate(lines):
         if "Op:Alloc memory" in line:
@@ -65,7 +65,7 @@ def replay(lines) -> Peak:
             if found:
                 events.append((found.group(1), number, found.group(2), None))
         elif "DumpDynamicMemPoolStateInfo]" in line:
-            found = _REPORTED.search(line)
+            found = CPU_PEAK.search(line)
             reported = int(found.group(1)) if found else reported
     events.sort(key=lambda event: (event[0], event[1]))   # worker threads log out of order
     live: dict[str, Block] = {}
@@ -97,15 +97,13 @@ def grouped(peak: Peak) -> list[tuple[int, int, str]]:
 
 
 def trace(config: Path, log: Path) -> None:
-    """Train `config` one step with the launcher, writing the allocation log to `log`."""
-    env = {**os.environ, "GLOG_v": "2", "MS_SUBMODULE_LOG_v": "{PRE_ACT:1,ME:0}",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    """Train `config` one step as `estimate --measure` does, with the allocation log on, into `log`."""
+    from mf_memopt.estimate.measure import child_command, child_environment
+
     with tempfile.TemporaryDirectory(prefix="mf_memopt_trace_") as tmp, log.open("w") as out:
-        output = Path(tmp) / "output"
-        done = subprocess.run([sys.executable, str(REPO / "run_mindformer_memopt.py"), "--config", str(config),
-                               "--run_mode", "train", "--train_steps", "1", "--output_dir", str(output),
-                               "--train_dataset_dir", str(output / "data" / "tokens.mindrecord")],
-                              cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT)
+        env = {**child_environment("cpu", Path(tmp)), "MS_SUBMODULE_LOG_v": "{PRE_ACT:1,ME:0}"}
+        done = subprocess.run(child_command(config.resolve(), 1, Path(tmp) / "output"), cwd=tmp, env=env,
+                              stdout=out, stderr=subprocess.STDOUT)
     if done.returncode != 0:
         raise SystemExit(f"pool_trace: training {config} failed (exit {done.returncode}); see {log}")
 
@@ -139,4 +137,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(REPO))
     sys.exit(main())
