@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mf_memopt.estimate.measure import CPU_PEAK
+
 pytestmark = pytest.mark.mindspore
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "output" / "tests" / "launcher"
 # MindFormers' MFLossMonitor line: "{ Epoch:[  1/  1], step:[    3/   16], loss:[5.418386/5.512039], ..."
 LOSS = re.compile(r"step:\[\s*(\d+)/\s*(\d+)\], loss:\[([\d.]+)/")
-PEAK = re.compile(r"DumpDynamicMemPoolStateInfo\].*?peak used mem:(\d+)M")
 POOL_LOG = {"GLOG_v": "2", "MS_SUBMODULE_LOG_v": "{PRE_ACT:1}"}
 
 
@@ -57,7 +58,7 @@ def _losses(done: subprocess.CompletedProcess) -> dict[int, float]:
 
 
 def _peak(done: subprocess.CompletedProcess) -> int:
-    peaks = PEAK.findall(done.stdout + done.stderr)
+    peaks = CPU_PEAK.findall(done.stdout + done.stderr)
     assert peaks, "MindSpore printed no memory-pool peak"
     return int(peaks[-1])
 
