@@ -9,11 +9,11 @@ and recompute form but different shapes: the first of each pair is in the `build
 at while building the estimator), the second in the `held-out` half. Shapes are drawn so that
 one training run stays under ~4 GiB and the whole sweep trains in about 15 minutes here.
 
-Later held-out sets of 16 each come from other seeds (`--set fresh`, ... `fresh6`); they
+Later held-out sets of 16 each come from other seeds (`--set fresh`, ... `fresh8`); they
 pair dtype settings and recompute forms the sweep never put together.
 
-    python benchmarks/sweep.py measure [--set fresh...fresh6] [--only NAME ...]  # train, write the data file
-    python benchmarks/sweep.py compare [--set fresh...fresh6]   # estimator against the data file
+    python benchmarks/sweep.py measure [--set fresh...fresh8] [--only NAME ...]  # train, write the data file
+    python benchmarks/sweep.py compare [--set fresh...fresh8]   # estimator against the data file
     python benchmarks/sweep.py shipped [--remeasure]          # estimate --measure on every configs/*.yaml
     python benchmarks/run.py --only sweep [--remeasure]       # the sweep through the benchmark runner
 
@@ -46,9 +46,10 @@ SEED = 20261128  # the first seed from 20261123 whose sweep reaches every end of
 # held out for the estimator as it is (benchmarks/README (e) gives the history).
 # name -> (seed, config name prefix, shift of the recompute form against the dtype setting)
 FRESH_SETS = {"fresh": (20261124, "h", 3), "fresh2": (20261125, "k", 5), "fresh3": (20261126, "m", 7),
-              "fresh4": (20261127, "q", 1), "fresh5": (20261128, "r", 4), "fresh6": (20261130, "t", 6)}
+              "fresh4": (20261127, "q", 1), "fresh5": (20261128, "r", 4), "fresh6": (20261130, "t", 6),
+              "fresh7": (20261201, "u", 2), "fresh8": (20261202, "v", 8)}
 # fresh5's seed is the sweep's own (SEED): its configs have the shapes of s00-s15 with other dtype and
-# recompute pairings. fresh6 uses a seed no other set uses.
+# recompute pairings. fresh6, fresh7 and fresh8 use seeds no other set uses.
 PAIRS = 16
 STEPS = 1
 TARGET, AIM = 0.05, 0.03
@@ -143,7 +144,7 @@ def fresh(which: str = "fresh") -> list[SweepConfig]:
     """16 configs of a later held-out set, from its own seed.
 
     They pair dtype settings with recompute forms the sweep never put together (form index
-    shifted by three, five, seven, one, four or six), so they test combinations as well as shapes.
+    shifted by three, five, seven, one, four, six, two or eight), so they test combinations as well as shapes.
     """
     seed, prefix, shift = FRESH_SETS[which]
     rng = random.Random(seed)
