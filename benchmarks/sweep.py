@@ -143,8 +143,8 @@ def generate(which: str = "sweep") -> list[SweepConfig]:
 def fresh(which: str = "fresh") -> list[SweepConfig]:
     """16 configs of a later held-out set, from its own seed.
 
-    They pair dtype settings with recompute forms the sweep never put together (form index
-    shifted by three, five, seven, one, four, six, two or eight), so they test combinations as well as shapes.
+    They pair dtype settings with recompute forms the sweep never put together (form index shifted
+    by three, five, seven, one, four, six, two or eight), so they test combinations as well as shapes.
     """
     seed, prefix, shift = FRESH_SETS[which]
     rng = random.Random(seed)

@@ -14,10 +14,11 @@ CPU (the MindSpore 2.9 memory-pool peak that `benchmarks/run.py --only calibrate
 parameters, optimizer moments and the input batch are host tensors, not in the pool;
 MindFormers' AdamW runs as graph ops after clip-grad, which needs every gradient, so the
 optimizer starts when the backward ends; the runtime then interleaves the updates of all
-parameters (`_optimizer_step`). The peak is the largest of
+parameters (`_optimizer_steps`). The peak is the largest of
     end of forward:   sum_j S_j + M_fwd + 4*e*b*s*v           (the loss holds four b*s*v tensors)
     backward of i:    sum_{j<i} S_j + G(i) + M_bwd + S_all(i) + 2*e*b*s*f
     optimizer step:   float32 models: gradients + the overflow select's zeros + 3*4*p_max;
+                      float16 params, float32 norms: max(4*P + 4*p_vocab + 4*V*h, 2*4*P) + 4*p_vocab;
                       other dtypes: 2*4*P + 4*p_vocab + 4*max(2*p_layer, [compute float16] V*h)
 with S_j the kept tensors of layer j, S_all(i) all of layer i's tensors (rebuilt if
 recomputed), G(i) the gradients already computed (layers after i, lm_head, final norm),
@@ -42,7 +43,8 @@ from .transfer import LayerTransfer
 
 STATIC = ("parameters", "gradients", "optimizer states", "gradients so far", "optimizer outputs", "weight copies",
           "zeros of the overflow select",
-          "decayed vocabulary parameters (AdamW, computed early)", "optimizer working set", "update being finished")
+          "decayed vocabulary parameters (AdamW, computed early)", "optimizer working set", "update being finished",
+          "gradient casts", "clip-grad's last sum")
 ACTIVATIONS = ("activations kept", "swapped, still on device", "model-level tensors")
 
 
@@ -138,7 +140,7 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
     early = {EARLY_VOCABULARY: FP32 * _vocabulary_params(model)}
     candidates = [StagePeak(checkpoint=candidate.checkpoint, components={**candidate.components, **early})
                   for candidate in candidates]
-    candidates.append(_optimizer_step(model, len(effects), early))
+    candidates.extend(_optimizer_steps(model, len(effects), early))
     return candidates
 
 
@@ -361,7 +363,7 @@ def _gradient_set(model: ModelSpec, layers: int) -> int:
     return layers * per_layer + 2 * p * model.vocab * h + norm * h
 
 
-def _optimizer_step(model: ModelSpec, layers: int, early: dict[str, int]) -> StagePeak:
+def _optimizer_steps(model: ModelSpec, layers: int, early: dict[str, int]) -> list[StagePeak]:
     """MindFormers' AdamW as graph ops, after clip-grad and the overflow select.
 
     Float32 models: the step replaces the gradients by zeros on overflow
@@ -374,20 +376,46 @@ def _optimizer_step(model: ModelSpec, layers: int, early: dict[str, int]) -> Sta
     Other dtype settings: the runtime runs the updates side by side, one op of every parameter
     after another, so at the peak each parameter has two float32 tensors alive (its clipped or
     cast gradient and the first product of the moment update), whatever the parameter dtype. The
-    embedding's and lm_head's decayed copies made at the start of the step are still held. On
-    top of that, the parameter being finished holds float32 copies of its two moments
-    (TensorMove) and, when compute_dtype is float16, a float32 temporary of the embedding's
-    update is alive as well (whichever is larger). Memory-pool traces of s01, s19, s21, s25,
-    s26, s27 and s31 show these tensors at the peak (benchmarks/README (e)).
+    embedding's and lm_head's decayed copies made at the start of the step are still held.
+    Where the two float32 tensors of every parameter come relative to the end of clip-grad
+    depends on the parameter dtypes (`_clip_ends_first`):
+
+    * the updates first (every setting but the one below): when clip-grad's last sum, a float32
+      tensor of the embedding's size, is made, every parameter already has its two tensors. Or,
+      without float16 compute, the parameter being finished holds float32 copies of its two
+      moments (TensorMove) on top (traces of s19, s21, s25, t10).
+    * clip-grad first (float16 parameters with float32 RmsNorm weights, MindFormers' default):
+      when clip-grad's last sum is made, every parameter has one float32 tensor (its gradient
+      cast), the embedding and lm_head two; the second tensor of the others comes after the sum is
+      freed. Two checkpoints, then: the end of clip-grad and the updates (traces of s01, s26, s27,
+      q07, t14).
+      The same shapes with float16 RmsNorm weights measure like the first order (q07: 607 MiB,
+      654 MiB with float16 norms; t10: 131 MiB, 120 MiB with float32 norms).
     """
     if _float32(model):
         largest = max([*model.layer_param_list(), model.vocab * model.hidden])
         gradients = _gradient_set(model, layers)
-        return StagePeak(checkpoint="optimizer step", components={
+        return [StagePeak(checkpoint="optimizer step", components={
             "gradients": gradients, "zeros of the overflow select": gradients,
-            "optimizer outputs": 3 * FP32 * largest})
+            "optimizer outputs": 3 * FP32 * largest})]
     params = layers * model.layer_params + model.hidden + _vocabulary_params(model)
+    embedding = model.vocab * model.hidden
+    if _clip_ends_first(model):
+        return [StagePeak(checkpoint="end of clip-grad", components={
+                    "gradient casts": FP32 * params, "optimizer working set": FP32 * _vocabulary_params(model),
+                    "clip-grad's last sum": FP32 * embedding, **early}),
+                StagePeak(checkpoint="optimizer step", components={
+                    "optimizer working set": 2 * FP32 * params, **early})]
     moments = 2 * max(model.layer_param_list())
-    finishing = max(moments, model.vocab * model.hidden) if model.compute_bytes != FP32 else moments
-    return StagePeak(checkpoint="optimizer step", components={
-        "optimizer working set": 2 * FP32 * params, "update being finished": FP32 * finishing, **early})
+    if model.compute_bytes != FP32 and embedding > moments:
+        finishing = {"clip-grad's last sum": FP32 * embedding}
+    else:
+        finishing = {"update being finished": FP32 * moments}
+    return [StagePeak(checkpoint="optimizer step", components={
+        "optimizer working set": 2 * FP32 * params, **finishing, **early})]
+
+
+def _clip_ends_first(model: ModelSpec) -> bool:
+    """Whether clip-grad's last sum is freed before the updates' second tensors are made (float16
+    parameters with float32 RmsNorm weights); observed in traces, not derived (`_optimizer_steps`)."""
+    return model.param_bytes == 2 and model.layernorm_bytes == FP32
