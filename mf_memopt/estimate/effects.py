@@ -46,6 +46,7 @@ class LayerEffect:
     recompute_flops: int
     notes: tuple[str, ...] = ()
     recomputed_ops: tuple[str, ...] = ()   # matmul paths (layer_ops) whose forward is run again in the backward
+    recompute_scoped: tuple[str, ...] = ()  # matmul paths inside a recomputed scope (their weight casts run again)
     backward_extra: int = 0          # bytes the layer's backward holds beyond its kept tensors (compression)
 
     def bytes(self, fate: Fate | None = None) -> int:
@@ -100,8 +101,9 @@ def layer_effect(plan: LayerPlan, inventory: list[Saved], ops: list[Op]) -> Laye
     flops = sum(op.flops for op in ops if recomputed_by(op.path) is not None)
     rerun = tuple(op.path for op in ops if recomputed_by(op.path) is not None
                   and (plan.full_recompute is not None or op.path not in _CELL_OUTPUTS))
+    scoped = tuple(op.path for op in ops if recomputed_by(op.path) is not None)
     return LayerEffect(layer=plan.layer, tensors=tuple(fates), recompute_flops=flops, notes=tuple(notes),
-                       recomputed_ops=rerun)
+                       recomputed_ops=rerun, recompute_scoped=scoped)
 
 
 # A recomputed cell's output is kept, not recomputed: the matmuls that produce the attention and

@@ -276,14 +276,19 @@ def _weight_copies(model: ModelSpec, effects: list[LayerEffect]) -> WeightCopies
         held = made = 0
         for path, size in sizes.items():
             rerun = _rerun(path, effect)
-            to_forward, to_backward = _copy_bytes(model, rerun)
+            # the model's own weight cast is inside the Linear: a recompute scope holding the Linear
+            # casts the weight again for the backward even where the matmul is not run again
+            recast = model.weight_cast and (rerun or path in effect.recompute_scoped)
+            to_forward, to_backward = _copy_bytes(model, rerun or recast)
             forward += to_forward * size
             held += to_backward * size
-            if rerun and model.weight_cast:
+            if recast:
                 # the recompute casts the parameter again, after the optimizer may have assigned it:
-                # the runtime keeps a copy (TensorMove) from the start (traces of m02, p5, q05)
-                made += FP32 * size
+                # the runtime keeps a copy (TensorMove) from the start (traces of m02, p5, q05, s19,
+                # t13); a matmul run again holds its new cast through the layer's backward, w2's and
+                # wo's is read by their one backward matmul and freed
                 held += model.param_bytes * size
+                made += FP32 * size if rerun else 0
         if _float32(model):
             held += FP32 * model.layer_params
         backward.append(held)
