@@ -82,7 +82,7 @@ def layer_effect(plan: LayerPlan, inventory: list[Saved], ops: list[Op]) -> Laye
             if plan.full_recompute is not None:
                 fates.append(TensorFate(saved=saved, fate="kept", rule=plan.full_recompute.key))
             continue
-        rule = recomputed_by(saved.path)
+        rule = recomputed_by(saved.path, saved.output_of)
         if rule is None and saved.rebuilt_nbytes is not None and (
                 in_recomputed_cell(saved.path) or (saved.read_by and recomputed_by(saved.read_by))):
             # read by a recomputed matmul, or excluded inside a recomputed cell: the backward's
@@ -123,12 +123,15 @@ def _recompute_rules(plan: LayerPlan, inventory: list[Saved]):
         cells.append(use)
     excluded = [use.pattern for use in plan.select_recompute_exclude]
 
-    def recomputed_by(path: str) -> str | None:
+    def recomputed_by(path: str, output_of: str | None = None) -> str | None:
         if any(_named(pattern, path) == "primitive" for pattern in excluded):
             return None
         if plan.full_recompute is not None:
             return plan.full_recompute.key
-        return next((use.origin.key for use in cells if _named(use.pattern, path) == "cell"), None)
+        # a recomputed cell's output is kept: the next operator's backward reads it (memory-pool trace
+        # of configs/recompute_select_patterns.yaml: `feed_forward.w1` recomputed, its SiLU output kept)
+        return next((use.origin.key for use in cells if _named(use.pattern, path) == "cell"
+                     and not (output_of and _named(use.pattern, output_of) == "primitive")), None)
 
     return recomputed_by, notes
 

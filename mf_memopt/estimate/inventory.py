@@ -36,6 +36,7 @@ class Saved:
     recompute_input: bool = False  # exists only as the input a full recompute of the layer starts from
     rebuilt_nbytes: int | None = None  # size when a recompute rebuilds it, if different (see _cpu_layer)
     read_by: str | None = None  # the matmul whose backward reads it; when that matmul is recomputed: rebuilt_nbytes
+    output_of: str | None = None  # the cell whose output it is: a select rule naming that cell keeps it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,7 +79,8 @@ def layer_inventory(model: ModelSpec, parallel: ParallelSpec, runtime: str) -> l
 def _ascend_layer(model: ModelSpec, dim: Dims) -> list[Saved]:
     c = model.compute_bytes
     saved = [
-        Saved(path="attention_norm.norm", what="normalised input of wq/wk/wv", nbytes=c * dim.bsh),
+        Saved(path="attention_norm.norm", what="normalised input of wq/wk/wv", nbytes=c * dim.bsh,
+              output_of="attention_norm"),
         Saved(path="attention_norm.norm", what="rstd (fp32, per token)", nbytes=FP32 * dim.bs),
         Saved(path="attention.apply_rotary_emb.add", what="q and k after RoPE", nbytes=c * (dim.q + dim.kv)),
         Saved(path="attention.wv.matmul", what="v", nbytes=c * dim.kv),
@@ -102,11 +104,12 @@ def _ascend_layer(model: ModelSpec, dim: Dims) -> list[Saved]:
                                nbytes=c * 2 * (dim.q - dim.kv)))
     saved += [
         Saved(path="add", what="residual after attention (input of ffn_norm)", nbytes=c * dim.bsh),
-        Saved(path="ffn_norm.norm", what="normalised input of w1/w3", nbytes=c * dim.bsh),
+        Saved(path="ffn_norm.norm", what="normalised input of w1/w3", nbytes=c * dim.bsh, output_of="ffn_norm"),
         Saved(path="ffn_norm.norm", what="rstd (fp32, per token)", nbytes=FP32 * dim.bs),
         Saved(path="feed_forward.w1.matmul", what="w1 output (input of SiLU)", nbytes=c * dim.bsf),
         Saved(path="feed_forward.w3.matmul", what="w3 output", nbytes=c * dim.bsf),
-        Saved(path="feed_forward.w1.activation.silu", what="SiLU output", nbytes=c * dim.bsf),
+        Saved(path="feed_forward.w1.activation.silu", what="SiLU output", nbytes=c * dim.bsf,
+              output_of="feed_forward.w1"),
         Saved(path="feed_forward.mul", what="SiLU(w1) * w3 (input of w2)", nbytes=c * dim.bsf),
         Saved(path="add", what="layer output (input of the next layer)", nbytes=c * dim.bsh,
               kept_by_full_recompute=True),
@@ -158,7 +161,8 @@ def _cpu_layer(model: ModelSpec, dim: Dims) -> list[Saved]:
     saved += [
         Saved(path="feed_forward.w1.matmul", what="w1 output (input of the SiLU backward)", nbytes=c * dim.bsf),
         Saved(path="feed_forward.w3.matmul", what="w3 output", nbytes=c * dim.bsf),
-        Saved(path="feed_forward.w1.activation.silu", what="SiLU output (x * sigmoid(x))", nbytes=c * dim.bsf),
+        Saved(path="feed_forward.w1.activation.silu", what="SiLU output (x * sigmoid(x))", nbytes=c * dim.bsf,
+              output_of="feed_forward.w1"),
         Saved(path="feed_forward.w1.activation.silu", what="sigmoid(x) of the SiLU backward, run early",
               nbytes=c * dim.bsf, cpu_only=True),
         Saved(path="feed_forward.mul", what="SiLU(w1) * w3 (input of w2)" + _copy(wide), nbytes=matmul_in * dim.bsf,
@@ -194,8 +198,9 @@ def _cpu_norm(model: ModelSpec, dim: Dims, cell: str, linears: tuple[str, ...]) 
     consumers = "/".join(linears)
     normalised = (Saved(path=f"{cell}.mul2", what=f"normalised input of {consumers}, one float32 copy for each "
                         "Linear's backward", nbytes=FP32 * len(linears) * dim.bsh, rebuilt_nbytes=c * dim.bsh,
-                        read_by=f"{'attention' if cell == 'attention_norm' else 'feed_forward'}.{linears[0]}.matmul") if wide else
-                  Saved(path=f"{cell}.mul2", what=f"normalised input of {consumers}", nbytes=c * dim.bsh))
+                        read_by=f"{'attention' if cell == 'attention_norm' else 'feed_forward'}.{linears[0]}.matmul",
+                        output_of=cell) if wide else
+                  Saved(path=f"{cell}.mul2", what=f"normalised input of {consumers}", nbytes=c * dim.bsh, output_of=cell))
     saved += [
         Saved(path=f"{cell}.square", what="2*x of the RmsNorm backward, run early", nbytes=norm * dim.bsh,
               cpu_only=True, kept_by_full_recompute=cell == "attention_norm" and not model.norm_cast),
