@@ -9,8 +9,9 @@ and recompute form but different shapes: the first of each pair is in the `build
 at while building the estimator), the second in the `held-out` half. Shapes are drawn so that
 one training run stays under ~4 GiB and the whole sweep trains in about 15 minutes here.
 
-Later held-out sets of 16 each come from other seeds (`--set fresh`, ... `fresh8`); they
-pair dtype settings and recompute forms the sweep never put together.
+Later held-out sets of 16 each come from other seeds (`--set fresh`, ... `fresh8`); fresh to
+fresh7 pair dtype settings and recompute forms the sweep never put together, fresh8 has the
+sweep's pairings on new shapes.
 
     python benchmarks/sweep.py measure [--set fresh...fresh8] [--only NAME ...]  # train, write the data file
     python benchmarks/sweep.py compare [--set fresh...fresh8]   # estimator against the data file
@@ -49,7 +50,8 @@ FRESH_SETS = {"fresh": (20261124, "h", 3), "fresh2": (20261125, "k", 5), "fresh3
               "fresh4": (20261127, "q", 1), "fresh5": (20261128, "r", 4), "fresh6": (20261130, "t", 6),
               "fresh7": (20261201, "u", 2), "fresh8": (20261202, "v", 8)}
 # fresh5's seed is the sweep's own (SEED): its configs have the shapes of s00-s15 with other dtype and
-# recompute pairings. fresh6, fresh7 and fresh8 use seeds no other set uses.
+# recompute pairings. fresh6, fresh7 and fresh8 use seeds no other set uses; fresh8's shift (8, that is
+# 0 of the eight forms) gives it the sweep's own dtype and recompute pairings on new shapes.
 PAIRS = 16
 STEPS = 1
 TARGET, AIM = 0.05, 0.03
@@ -143,8 +145,9 @@ def generate(which: str = "sweep") -> list[SweepConfig]:
 def fresh(which: str = "fresh") -> list[SweepConfig]:
     """16 configs of a later held-out set, from its own seed.
 
-    They pair dtype settings with recompute forms the sweep never put together (form index shifted
-    by three, five, seven, one, four, six, two or eight), so they test combinations as well as shapes.
+    fresh to fresh7 pair dtype settings with recompute forms the sweep never put together (form
+    index shifted by three, five, seven, one, four, six or two), so they test combinations as well
+    as shapes; fresh8 (shift eight, a whole turn) has the sweep's pairings on new shapes.
     """
     seed, prefix, shift = FRESH_SETS[which]
     rng = random.Random(seed)
