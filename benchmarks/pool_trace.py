@@ -3,8 +3,9 @@
 The estimator's CPU terms come from these traces. With `GLOG_v=2 MS_SUBMODULE_LOG_v="{PRE_ACT:1,ME:0}"`
 MindSpore logs every pool allocation (`IncreaseNewRefCount] Op:Alloc memory ...`, with the tensor's
 node, shape, dtype, size and address) and every release (`FreeMemory] ... ptr:`). Replaying them in
-time order gives the live bytes at every moment; the largest is the pool's "peak used mem" to within
-the pool's rounding (the reconstruction is printed next to MindSpore's own figure).
+time order gives the live bytes at every moment (each block rounded up to the pool's 512 bytes); the
+largest is the pool's "peak used mem" to the byte (printed next to MindSpore's own whole-MiB figure).
+The replay itself is `mf_memopt.estimate.pool_log`, which `estimate --measure --exact` uses too.
 
     python benchmarks/pool_trace.py CONFIG [--top N] [--min-bytes B] [--keep-log FILE]
     python benchmarks/pool_trace.py --log FILE     # replay a log kept earlier
@@ -22,70 +23,23 @@ import re
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-_ALLOC = re.compile(r"-(\d\d:\d\d:\d\d\.\d+\.\d+) .*Op:Alloc memory increase.*?shape:(\([^)]*\)|\S+).*?"
-                    r"dtype:(\w+).*? size:(\d+) .*?ptr:(0x[0-9a-f]+) from mem pool:1 .*?node:(\S+) index:")
-_FREE = re.compile(r"-(\d\d:\d\d:\d\d\.\d+\.\d+) .*FreeMemory\] Free memory from device address:\S+ ptr:(0x[0-9a-f]+)")
 _PREFIX = "Default/network-DataOrderWrapperCell/network-LlamaForCausalLM/"
 
 
-@dataclass(frozen=True, slots=True)
-class Block:
-    time: str
-    size: int
-    node: str
-    shape: str
-    dtype: str
+def replay(lines):
+    """The package's replay (`mf_memopt.estimate.pool_log`), with this tool's exit on a log without allocations."""
+    from mf_memopt.estimate.pool_log import NoAllocations, replay as pool_replay
+
+    try:
+        return pool_replay(lines)
+    except NoAllocations as error:
+        raise SystemExit(f"pool_trace: {error}") from error
 
 
-@dataclass(frozen=True, slots=True)
-class Peak:
-    bytes: int
-    reached_by: Block
-    live: tuple[Block, ...]
-    reported_mib: int | None          # MindSpore's own figure, when the log has it
-
-
-def replay(lines) -> Peak:
-    """The live pool blocks at the largest total, from the allocation and release log lines."""
-    from mf_memopt.estimate.measure import CPU_PEAK
-
-    events, reported = [], None
-    for number, line in enumerate(lines):
-        if "Op:Alloc memory" in line:
-            found = _ALLOC.search(line)
-            if found:
-                time, shape, dtype, size, pointer, node = found.groups()
-                events.append((time, number, pointer, Block(time, int(size), node, shape, dtype)))
-        elif "FreeMemory]" in line:
-            found = _FREE.search(line)
-            if found:
-                events.append((found.group(1), number, found.group(2), None))
-        elif "DumpDynamicMemPoolStateInfo]" in line:
-            found = CPU_PEAK.search(line)
-            reported = int(found.group(1)) if found else reported
-    events.sort(key=lambda event: (event[0], event[1]))   # worker threads log out of order
-    live: dict[str, Block] = {}
-    total = best = 0
-    snapshot: dict[str, Block] = {}
-    reached = None
-    for _, _, pointer, block in events:
-        if block is not None:
-            live[pointer] = block
-            total += block.size
-            if total > best:
-                best, snapshot, reached = total, dict(live), block
-        elif pointer in live:
-            total -= live.pop(pointer).size
-    if reached is None:
-        raise SystemExit("pool_trace: the log has no pool allocations (was it written with ME:0 debug logging?)")
-    return Peak(bytes=best, reached_by=reached, live=tuple(snapshot.values()), reported_mib=reported)
-
-
-def grouped(peak: Peak) -> list[tuple[int, int, str]]:
+def grouped(peak) -> list[tuple[int, int, str]]:
     """(bytes, count, key) per node kind, largest first; layer indices and op numbers folded."""
     sizes, counts = collections.Counter(), collections.Counter()
     for block in peak.live:
@@ -99,9 +53,10 @@ def grouped(peak: Peak) -> list[tuple[int, int, str]]:
 def trace(config: Path, log: Path) -> None:
     """Train `config` one step as `estimate --measure` does, with the allocation log on, into `log`."""
     from mf_memopt.estimate.measure import child_command, child_environment
+    from mf_memopt.estimate.pool_log import ALLOCATION_LOG_LEVELS
 
     with tempfile.TemporaryDirectory(prefix="mf_memopt_trace_") as tmp, log.open("w") as out:
-        env = {**child_environment("cpu", Path(tmp)), "MS_SUBMODULE_LOG_v": "{PRE_ACT:1,ME:0}"}
+        env = {**child_environment("cpu", Path(tmp)), "MS_SUBMODULE_LOG_v": ALLOCATION_LOG_LEVELS}
         done = subprocess.run(child_command(config.resolve(), 1, Path(tmp) / "output"), cwd=tmp, env=env,
                               stdout=out, stderr=subprocess.STDOUT)
     if done.returncode != 0:

@@ -198,8 +198,9 @@ def _affordable(model: dict[str, Any]) -> bool:
 # --- measuring -------------------------------------------------------------------------------------------
 
 
-def measure(only: list[str] | None = None, *, pinned: bool = False, which: str = "sweep") -> None:
-    """Train each config (or the tests' pinned configs) and record its pool peak in the data file."""
+def measure(only: list[str] | None = None, *, pinned: bool = False, which: str = "sweep", exact: bool = False) -> None:
+    """Train each config (or the tests' pinned configs) and record its pool peak in the data file; with
+    `exact`, also the peak replayed from the allocation log to the byte (`estimate --measure --exact`)."""
     from mf_memopt.estimate.measure import MeasureError, measure_peak
 
     target = PINNED_DATA if pinned else _data_file(which)
@@ -214,7 +215,14 @@ def measure(only: list[str] | None = None, *, pinned: bool = False, which: str =
                   file=sys.stderr, flush=True)
             entry = _entry(config)
             try:
-                entry["measured_mib"] = measure_peak(path, steps=STEPS).peak_bytes / 2**20
+                measurement = measure_peak(path, steps=STEPS, exact=exact)
+                entry["measured_mib"] = measurement.peak_bytes / 2**20
+                if measurement.exact_bytes is not None:
+                    entry["exact_mib"] = measurement.exact_bytes / 2**20
+                    before = entries.get(config.name, {}).get("measured_mib")
+                    if before is not None and before != entry["measured_mib"]:
+                        print(f"  the printed peak moved: {before:.0f} MiB before, {entry['measured_mib']:.0f} now",
+                              file=sys.stderr)
             except MeasureError as error:
                 entry["error"] = str(error)
                 print(f"  failed: {error}", file=sys.stderr)
@@ -278,6 +286,7 @@ def compare(remeasure: bool = False, which: str = "sweep") -> float:
     data = _load(path)
     measured = {entry["name"]: entry for entry in data["configs"]}
     rows, errors = [], {"build": [], "held-out": [], **{which: [] for which in FRESH_SETS}}
+    exact_count = 0
     with tempfile.TemporaryDirectory(prefix="mf_memopt_sweep_") as tmp:
         for config in generate(which):
             entry = measured.get(config.name)
@@ -286,14 +295,19 @@ def compare(remeasure: bool = False, which: str = "sweep") -> float:
                                  "", ""))
                 continue
             estimated, term = _estimate(config.write(Path(tmp) / f"{config.name}.yaml"))
-            error = relative_error(estimated, entry["measured_mib"])
+            reference = measured_reference(entry)
+            error = (estimated - reference) / reference
             errors[config.half].append(abs(error))
-            rows.append(_row(config, entry["measured_mib"], estimated, f"{error:+.1%}", term,
-                             f"{estimated - reading_middle(entry['measured_mib']):+.1f}"))
+            exact_count += "exact_mib" in entry
+            rows.append(_row(config, entry.get("exact_mib", entry["measured_mib"]), estimated, f"{error:+.1%}", term,
+                             f"{estimated - reference:+.1f}", exact="exact_mib" in entry))
     print_table(f"(e) {which if which in FRESH_SETS else 'sweep'}: estimate --runtime cpu against the "
                 f"measured memory-pool peak (MiB); data {path.relative_to(REPO)} (MindSpore {data.get('mindspore')}, launcher {data.get('launcher')})",
                 ("config", "half", "layers", "h", "n/kv", "s", "b", "v", "f", "dtypes", "recompute", "measured",
                  "estimated", "error", "MiB off", "estimated peak at"), rows)
+    if exact_count:
+        print(f"measured: {exact_count} peak(s) to the byte (replayed allocation log, two decimals), the others "
+              "as printed (whole MiB, cut down; errors against the middle of the MiB)\n")
     for half, values in errors.items():
         if values:
             print(_summary(half, values))
@@ -312,6 +326,11 @@ def reading_middle(measured_mib: float) -> float:
     from mf_memopt.estimate.measure import CPU_READING_STEP, reading_center
 
     return reading_center(round(measured_mib * CPU_READING_STEP)) / CPU_READING_STEP
+
+
+def measured_reference(entry: dict[str, Any]) -> float:
+    """What an estimate is compared with: the exact peak when it was replayed, else the reading's middle."""
+    return entry["exact_mib"] if "exact_mib" in entry else reading_middle(entry["measured_mib"])
 
 
 def relative_error(estimated_mib: float, measured_mib: float) -> float:
@@ -363,7 +382,7 @@ def _estimate(path: Path) -> tuple[float, str]:
     return stage.peak.peak / 2**20, stage.peak.checkpoint
 
 
-def _row(config: SweepConfig, measured, estimated, error: str, term: str, off: str) -> list[str]:
+def _row(config: SweepConfig, measured, estimated, error: str, term: str, off: str, exact: bool = False) -> list[str]:
     from mf_memopt.estimate.spec import ffn_width
 
     m = config.model
@@ -371,7 +390,8 @@ def _row(config: SweepConfig, measured, estimated, error: str, term: str, off: s
     return [config.name, config.half, str(m["num_layers"]), str(m["hidden_size"]),
             f"{m['num_heads']}/{m.get('n_kv_heads', m['num_heads'])}", str(m["seq_length"]), str(m["batch_size"]),
             str(m["vocab_size"]), str(f), config.dtype, config.recompute,
-            "-" if measured is None else f"{measured:.0f}", "-" if estimated is None else f"{estimated:.1f}",
+            "-" if measured is None else f"{measured:.{2 if exact else 0}f}",
+            "-" if estimated is None else f"{estimated:.1f}",
             error, off, term]
 
 
@@ -382,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--only", nargs="*", help="config names (s00, s01, ...) to re-measure")
     run.add_argument("--pinned", action="store_true", help="measure the configs the tests pin instead "
                                                            f"(writes {PINNED_DATA.relative_to(REPO)})")
+    run.add_argument("--exact", action="store_true",
+                     help="also replay each run's allocation log for the peak to the byte (2-3 times slower)")
     against = commands.add_parser("compare", help="the estimator against the recorded peaks")
     listing = commands.add_parser("list", help="print the generated configs")
     ships = commands.add_parser("shipped", help="estimate --measure on every shipped config (configs/*.yaml)")
@@ -391,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
                              help="the 32-config sweep (default) or a later held-out set of 16")
     args = parser.parse_args(argv)
     if args.command == "measure":
-        measure(args.only, pinned=args.pinned, which=args.which)
+        measure(args.only, pinned=args.pinned, which=args.which, exact=args.exact)
     elif args.command == "shipped":
         shipped(args.remeasure)
     elif args.command == "list":

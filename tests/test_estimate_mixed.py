@@ -140,3 +140,46 @@ def test_measure_trains_the_config_and_prints_predicted_against_measured(tmp_pat
     assert stage["error"] == pytest.approx((stage["predicted_bytes"] - center) / center)
     assert abs(stage["error"]) <= 0.10       # this shape measured 38 MiB here; the estimate's accuracy is
                                              # pinned above, this checks the command end to end
+
+
+@pytest.mark.mindspore
+def test_measure_exact_replays_the_allocation_log_inside_the_printed_mib(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = PINNED[0].document()
+    config["model"]["model_config"].update(num_layers=2, hidden_size=64, num_heads=2, seq_length=32,
+                                           batch_size=2, vocab_size=128, multiple_of=16)
+    config["runner_config"]["batch_size"] = 2
+    import yaml
+
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    assert main(["estimate", str(path), "--measure", "--exact", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    measurement, stage = result["measurement"], result["stages"][0]
+    assert measurement["exact_bytes"] // 2**20 == measurement["peak_bytes"] // 2**20      # inside the printed MiB
+    assert measurement["exact_bytes"] % 512 == 0                                          # the pool's blocks
+    assert stage["exact"] and stage["measured_bytes"] == measurement["exact_bytes"]
+    assert stage["error"] == pytest.approx((stage["predicted_bytes"] - stage["measured_bytes"]) / stage["measured_bytes"])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--exact"], "--exact refines --measure: add --measure"),
+    (["--measure", "--exact", "--runtime", "ascend"], "Ascend's memory statistics print fractions of a MiB already"),
+])
+def test_exact_is_refused_where_it_cannot_apply(argv, message, capsys):
+    assert main(["estimate", "configs/llama_tiny.yaml", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_replay_outside_the_printed_mib_is_an_error_not_a_number():
+    from mf_memopt.estimate.measure import MeasureError, _replayed
+
+    alloc = ("[DEBUG] ME(1,2,python):2026-11-23-13:35:20.000.001 [kernel_tensor.cc:738] IncreaseNewRefCount] "
+             "Op:Alloc memory increase new ref count for device address:0x1 shape:(4) type:Tensor[Float32] "
+             "dtype:Float32 shape vector:{4 } format:-1 device address:0x2 device type:1 size:3145728 device id:0 "
+             "device name:CPU device point:0x3 ptr:0xa from mem pool:1 deleter:1 node:Default/Cast-op1 index:0")
+    assert _replayed(alloc, 3 * 2**20) == 3 * 2**20
+    with pytest.raises(MeasureError, match="outside the 2 MiB MindSpore printed"):
+        _replayed(alloc, 2 * 2**20)
+    with pytest.raises(MeasureError, match="no pool allocations"):
+        _replayed("no allocation lines here", 2 * 2**20)

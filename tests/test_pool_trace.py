@@ -31,30 +31,45 @@ def _free(time: str, ptr: str) -> str:
 
 def test_the_peak_is_the_largest_live_total_and_names_what_reached_it():
     lines = [
-        _alloc("20.000.001", "0xa", 1000, _NET.format(0) + "/attention-LLamaAttention/Softmax-op0"),
-        _alloc("20.000.002", "0xb", 3000, _NET.format(1) + "/attention-LLamaAttention/Softmax-op3"),
+        _alloc("20.000.001", "0xa", 1024, _NET.format(0) + "/attention-LLamaAttention/Softmax-op0"),
+        _alloc("20.000.002", "0xb", 3072, _NET.format(1) + "/attention-LLamaAttention/Softmax-op3"),
         _free("20.000.003", "0xa"),
-        _alloc("20.000.004", "0xa", 500, "Default/optimizer-AdamW/Mul-op2"),      # the address is reused
-        _alloc("20.000.005", "0xc", 900, "Default/optimizer-AdamW/Mul-op7"),
+        _alloc("20.000.004", "0xa", 512, "Default/optimizer-AdamW/Mul-op2"),      # the address is reused
+        _alloc("20.000.005", "0xc", 1024, "Default/optimizer-AdamW/Mul-op7"),
         _free("20.000.006", "0xb"),
         "[INFO] PRE_ACT(1,2,python):2026-11-23-13:35:21.000.000 [mem_dynamic_allocator.cc:1211] "
         "DumpDynamicMemPoolStateInfo] The dynamic memory pool total allocated mem:0M, peak used mem:4M, ...",
     ]
     peak = replay(lines)
-    assert peak.bytes == 4400 and peak.reached_by.node == "Default/optimizer-AdamW/Mul-op7"
+    assert peak.bytes == 4608 and peak.reached_by.node == "Default/optimizer-AdamW/Mul-op7"
     assert peak.reported_mib == 4
-    assert grouped(peak) == [(3000, 1, "model-LlamaModel/layers/N-LLamaDecodeLayer/attention-LLamaAttention/Softmax "
+    assert grouped(peak) == [(3072, 1, "model-LlamaModel/layers/N-LLamaDecodeLayer/attention-LLamaAttention/Softmax "
                                        "(64, 64) Float32"),
-                             (1400, 2, "Default/optimizer-AdamW/Mul (64, 64) Float32")]
+                             (1536, 2, "Default/optimizer-AdamW/Mul (64, 64) Float32")]
 
 
 def test_lines_are_replayed_in_time_order_and_host_tensors_are_left_out():
     """Worker threads write their lines out of order; blocks outside the pool (mem pool:0) are not counted."""
     lines = [
         _free("20.000.003", "0xa"),
-        _alloc("20.000.001", "0xa", 2000, "Default/Cast-op1"),
-        _alloc("20.000.002", "0xb", 100, "Default/Cast-op2"),
+        _alloc("20.000.001", "0xa", 2048, "Default/Cast-op1"),
+        _alloc("20.000.002", "0xb", 512, "Default/Cast-op2"),
         _alloc("20.000.004", "0xd", 10**9, "inputs0", pool=0),
     ]
     peak = replay(lines)
-    assert peak.bytes == 2100 and [block.node for block in peak.live] == ["Default/Cast-op1", "Default/Cast-op2"]
+    assert peak.bytes == 2560 and [block.node for block in peak.live] == ["Default/Cast-op1", "Default/Cast-op2"]
+
+
+def test_each_block_takes_a_multiple_of_512_bytes_in_the_pool():
+    """The pool rounds every block up to 512 bytes: a 4-byte scalar takes 512, 513 bytes take 1024. Without
+    the rounding the replayed peak of a small model falls below the whole MiB MindSpore prints."""
+    lines = [_alloc("20.000.001", "0xa", 4, "Default/data-1", shape="(1)"),
+             _alloc("20.000.002", "0xb", 513, "Default/Cast-op1"),
+             _alloc("20.000.003", "0xc", 2**20 - 512, "Default/Cast-op2"),
+             "[INFO] PRE_ACT(1,2,python):2026-11-23-13:35:21.000.000 [mem_dynamic_allocator.cc:1211] "
+             "DumpDynamicMemPoolStateInfo] The dynamic memory pool total allocated mem:0M, peak used mem:1M, ..."]
+    peak = replay(lines)
+    assert peak.bytes == 512 + 1024 + 2**20 - 512
+    assert [block.size for block in peak.live] == [4, 513, 2**20 - 512]       # tensors keep their own size
+    assert peak.agrees                                                           # 1 MiB + 512 B: inside "1M"
+    assert not replay(lines[:2] + [lines[3]]).agrees                              # 1.5 KiB is not

@@ -26,18 +26,20 @@ class StageCheck:
     predicted_bytes: int
     measured_bytes: int | None      # None: this stage was not run by the single training process
     runtime: str = "cpu"
+    exact: bool = False             # measured_bytes replayed to the byte (`--exact`), not a printed reading
 
     @property
     def error(self) -> float | None:
-        """Against the middle of the printed reading's interval (the CPU pool prints whole MiB, cut down)."""
+        """Against the exact peak, or the middle of the printed reading's interval (the CPU pool prints
+        whole MiB, cut down)."""
         if not self.measured_bytes:
             return None
-        center = reading_center(self.measured_bytes, self.runtime)
+        center = float(self.measured_bytes) if self.exact else reading_center(self.measured_bytes, self.runtime)
         return (self.predicted_bytes - center) / center
 
     def to_dict(self) -> dict:
         return {"stage": self.stage, "predicted_bytes": self.predicted_bytes, "measured_bytes": self.measured_bytes,
-                "error": self.error}
+                "exact": self.exact, "error": self.error}
 
 
 def device_runtime(config: str | Path) -> str:
@@ -59,21 +61,26 @@ def check_backend(config: str | Path, runtime: str) -> None:
 
 def compare(estimate: Estimate, measurement: Measurement) -> list[StageCheck]:
     """Stage 0 is what one training process measures; later pipeline stages need msrun."""
+    measured = measurement.exact_bytes or measurement.peak_bytes
     return [StageCheck(stage=stage.stage, predicted_bytes=stage.peak.peak,
-                       measured_bytes=measurement.peak_bytes if stage.stage == 0 else None,
-                       runtime=measurement.runtime)
+                       measured_bytes=measured if stage.stage == 0 else None,
+                       runtime=measurement.runtime, exact=measurement.exact_bytes is not None)
             for stage in estimate.stages]
 
 
 def measure_and_compare(config: str | Path, *, runtime: str | None, hardware: Hardware, steps: int,
-                        as_json: bool) -> int:
+                        as_json: bool, exact: bool = False) -> int:
     runtime = runtime or device_runtime(config)
+    if exact and runtime != "cpu":
+        print("estimate --measure --exact: --exact replays the CPU memory pool's allocation log; Ascend's memory "
+              "statistics print fractions of a MiB already: leave --exact out", file=sys.stderr)
+        return 2
     estimate = estimate_config(config, runtime=runtime, hardware=hardware)
     check_backend(config, runtime)
     print(f"training {Path(config).name} for {steps} step(s) with the launcher ({runtime}) ...", file=sys.stderr,
           flush=True)
     try:
-        measurement = measure_peak(config, runtime=runtime, steps=steps)
+        measurement = measure_peak(config, runtime=runtime, steps=steps, exact=exact)
     except MeasureError as error:
         print(f"estimate --measure: {error}", file=sys.stderr)
         return 1
@@ -91,13 +98,15 @@ def check_text(estimate: Estimate, measurement: Measurement, checks: list[StageC
     what = "memory-pool peak" if measurement.runtime == "cpu" else "MindSpore memory statistics (peak)"
     rows = [["stage", "predicted", "measured", "error", "predicted peak at"]]
     for check, stage in zip(checks, estimate.stages):
-        measured = "-" if check.measured_bytes is None else f"{check.measured_bytes / 2**20:.0f} MiB"
+        measured = "-" if check.measured_bytes is None else \
+            f"{check.measured_bytes / 2**20:.{3 if check.exact else 0}f} MiB"
         error = "not run (pipeline stage > 0)" if check.error is None else f"{check.error:+.1%}"
         rows.append([str(check.stage), f"{check.predicted_bytes / 2**20:.1f} MiB", measured, error,
                      stage.peak.checkpoint])
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     lines = [f"{Path(estimate.config).name}: {estimate.runtime} runtime, {measurement.steps} training step(s); "
-             f"measured: {what}" + (" (whole MiB, cut down: errors are against the middle of the MiB)"
+             f"measured: {what}" + (" (replayed from the allocation log, to the byte)" if measurement.exact_bytes
+                                     else " (whole MiB, cut down: errors are against the middle of the MiB)"
                                      if measurement.runtime == "cpu" else ""), ""]
     lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
     return "\n".join(lines)

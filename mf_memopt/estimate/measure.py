@@ -5,6 +5,9 @@ CPU: MindSpore prints its memory-pool state at exit when the PRE_ACT submodule l
 mem:NNNM` (whole MiB, truncated). Ascend: with `MS_MEMORY_STATISTIC=1` MindSpore prints its
 device memory statistics at the end of the run, among them `Actual peak memory usage` (MiB).
 
+With `exact` (CPU only) the child also writes MindSpore's allocation log, and the peak is
+replayed from it to the byte (`pool_log`); the replay must fall inside the MiB MindSpore printed.
+
 The child is the project's launcher (`run_mindformer_memopt.py --config X --run_mode train
 --train_steps N --output_dir TMP`) in a temporary directory. A failed child is reported by
 its own last error line, never by its whole traceback.
@@ -20,7 +23,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-CPU_PEAK = re.compile(r"DumpDynamicMemPoolStateInfo\].*?peak used mem:(\d+)M")
+from .pool_log import ALLOCATION_LOG_LEVELS, CPU_PEAK, NoAllocations, replay
+
+__all__ = ["CPU_PEAK", "MeasureError", "Measurement", "measure_peak", "reading_center"]
+
 ASCEND_PEAK = re.compile(r"[Aa]ctual peak memory usage[^0-9]*([0-9.]+)\s*M")
 LAUNCHER = Path(__file__).resolve().parents[2] / "run_mindformer_memopt.py"
 _LAUNCH_INLINE = "import sys; from mf_memopt.launch import main; sys.exit(main())"
@@ -53,22 +59,39 @@ class Measurement:
     steps: int
     peak_bytes: int                 # MindSpore's figure, whole MiB
     source: str                     # which log line it was read from
+    exact_bytes: int | None = None  # replayed from the allocation log (`exact`), to the byte
 
     def to_dict(self) -> dict:
         return {"config": self.config, "runtime": self.runtime, "steps": self.steps, "peak_bytes": self.peak_bytes,
-                "peak_mib": self.peak_bytes / 2**20, "source": self.source}
+                "peak_mib": self.peak_bytes / 2**20, "source": self.source, "exact_bytes": self.exact_bytes}
 
 
 def measure_peak(config: str | Path, *, runtime: str = "cpu", steps: int = 1, timeout: float | None = 1800,
-                 workdir: str | Path | None = None) -> Measurement:
+                 workdir: str | Path | None = None, exact: bool = False) -> Measurement:
     """Train `config` for `steps` steps in a child process and return MindSpore's peak."""
     if steps < 1:
         raise MeasureError(f"--steps must be at least 1, got {steps}")
+    if exact and runtime != "cpu":
+        raise MeasureError("--exact replays the CPU memory pool's allocation log; Ascend's memory statistics "
+                           "print fractions of a MiB already: leave --exact out")
     config = Path(config).resolve()
     with tempfile.TemporaryDirectory(prefix="mf_memopt_measure_", dir=workdir) as tmp:
-        log = _train(config, runtime, steps, Path(tmp), timeout)
+        log = _train(config, runtime, steps, Path(tmp), timeout, allocation_log=exact)
     peak, source = _peak(log, runtime)
-    return Measurement(config=str(config), runtime=runtime, steps=steps, peak_bytes=peak, source=source)
+    exact_bytes = _replayed(log, peak) if exact else None
+    return Measurement(config=str(config), runtime=runtime, steps=steps, peak_bytes=peak, source=source,
+                       exact_bytes=exact_bytes)
+
+
+def _replayed(log: str, printed: int) -> int:
+    try:
+        replayed = replay(log.splitlines())
+    except NoAllocations as error:
+        raise MeasureError(f"--exact: {error}") from error
+    if replayed.bytes // 2**20 != printed // 2**20:
+        raise MeasureError(f"--exact: the allocation log replays to {replayed.bytes / 2**20:.3f} MiB, outside the "
+                           f"{printed // 2**20} MiB MindSpore printed; use the printed figure (leave --exact out)")
+    return replayed.bytes
 
 
 def child_command(config: Path, steps: int, output_dir: Path) -> list[str]:
@@ -76,21 +99,23 @@ def child_command(config: Path, steps: int, output_dir: Path) -> list[str]:
             "--output_dir", str(output_dir), "--train_dataset_dir", str(output_dir / "data" / "tokens.mindrecord")]
 
 
-def child_environment(runtime: str, work: Path) -> dict[str, str]:
+def child_environment(runtime: str, work: Path, *, allocation_log: bool = False) -> dict[str, str]:
     package_root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])),
            "LOG_MF_PATH": str(work / "mindformers_log")}
     if runtime == "cpu":
-        env.update({"GLOG_v": "2", "MS_SUBMODULE_LOG_v": "{PRE_ACT:1}"})
+        env.update({"GLOG_v": "2", "MS_SUBMODULE_LOG_v": ALLOCATION_LOG_LEVELS if allocation_log else "{PRE_ACT:1}"})
     else:
         env.update({"MS_MEMORY_STATISTIC": "1", "GLOG_v": env.get("GLOG_v", "2")})
     return env
 
 
-def _train(config: Path, runtime: str, steps: int, work: Path, timeout: float | None) -> str:
+def _train(config: Path, runtime: str, steps: int, work: Path, timeout: float | None, *,
+           allocation_log: bool = False) -> str:
     command = child_command(config, steps, work / "output")
+    env = child_environment(runtime, work, allocation_log=allocation_log)
     try:
-        done = subprocess.run(command, cwd=work, env=child_environment(runtime, work), stdout=subprocess.PIPE,
+        done = subprocess.run(command, cwd=work, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as error:
         raise MeasureError(f"training {config.name} did not finish within {timeout:.0f} s") from error
