@@ -123,14 +123,8 @@ def test_measure_rejects_a_bad_step_count(capsys):
 @pytest.mark.mindspore
 def test_measure_trains_the_config_and_prints_predicted_against_measured(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    config = PINNED[0].document()
-    config["model"]["model_config"].update(num_layers=2, hidden_size=256, num_heads=4, seq_length=128,
-                                           batch_size=4, vocab_size=256, multiple_of=16)
-    config["runner_config"]["batch_size"] = 4
-    import yaml
-
-    path = tmp_path / "small.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path = _small_config(tmp_path, num_layers=2, hidden_size=256, num_heads=4, seq_length=128, batch_size=4,
+                         vocab_size=256, multiple_of=16)
     assert main(["estimate", str(path), "--measure", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     stage = result["stages"][0]
@@ -145,14 +139,8 @@ def test_measure_trains_the_config_and_prints_predicted_against_measured(tmp_pat
 @pytest.mark.mindspore
 def test_measure_exact_replays_the_allocation_log_inside_the_printed_mib(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    config = PINNED[0].document()
-    config["model"]["model_config"].update(num_layers=2, hidden_size=64, num_heads=2, seq_length=32,
-                                           batch_size=2, vocab_size=128, multiple_of=16)
-    config["runner_config"]["batch_size"] = 2
-    import yaml
-
-    path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path = _small_config(tmp_path, num_layers=2, hidden_size=64, num_heads=2, seq_length=32, batch_size=2,
+                         vocab_size=128, multiple_of=16)
     assert main(["estimate", str(path), "--measure", "--exact", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     measurement, stage = result["measurement"], result["stages"][0]
@@ -183,3 +171,15 @@ def test_a_replay_outside_the_printed_mib_is_an_error_not_a_number():
         _replayed(alloc, 2 * 2**20)
     with pytest.raises(MeasureError, match="no pool allocations"):
         _replayed("no allocation lines here", 2 * 2**20)
+
+
+def _small_config(tmp_path: Path, **shape) -> Path:
+    """The first pinned config (MindFormers' default dtypes, no recompute) with another shape."""
+    import yaml
+
+    config = PINNED[0].document()
+    config["model"]["model_config"].update(shape)
+    config["runner_config"]["batch_size"] = shape["batch_size"]
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
