@@ -306,8 +306,10 @@ def compare(remeasure: bool = False, which: str = "sweep") -> float:
                 ("config", "half", "layers", "h", "n/kv", "s", "b", "v", "f", "dtypes", "recompute", "measured",
                  "estimated", "error", "MiB off", "estimated peak at"), rows)
     if exact_count:
-        print(f"measured: {exact_count} of {len(rows)} peaks to the byte (replayed allocation log, two decimals), "
-              "the others as printed (whole MiB, cut down; errors against the middle of the MiB)\n")
+        others = "" if exact_count == len(rows) else \
+            ", the others as printed (whole MiB, cut down; errors against the middle of the MiB)"
+        print(f"measured: {exact_count} of {len(rows)} peaks to the byte (replayed allocation log, two decimals)"
+              f"{others}\n")
     for half, values in errors.items():
         if values:
             print(_summary(half, values))
