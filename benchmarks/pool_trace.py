@@ -53,10 +53,9 @@ def grouped(peak) -> list[tuple[int, int, str]]:
 def trace(config: Path, log: Path) -> None:
     """Train `config` one step as `estimate --measure` does, with the allocation log on, into `log`."""
     from mf_memopt.estimate.measure import child_command, child_environment
-    from mf_memopt.estimate.pool_log import ALLOCATION_LOG_LEVELS
 
     with tempfile.TemporaryDirectory(prefix="mf_memopt_trace_") as tmp, log.open("w") as out:
-        env = {**child_environment("cpu", Path(tmp)), "MS_SUBMODULE_LOG_v": ALLOCATION_LOG_LEVELS}
+        env = child_environment("cpu", Path(tmp), allocation_log=True)
         done = subprocess.run(child_command(config.resolve(), 1, Path(tmp) / "output"), cwd=tmp, env=env,
                               stdout=out, stderr=subprocess.STDOUT)
     if done.returncode != 0:

@@ -302,7 +302,8 @@ def compare(remeasure: bool = False, which: str = "sweep") -> float:
             rows.append(_row(config, entry.get("exact_mib", entry["measured_mib"]), estimated, f"{error:+.1%}", term,
                              f"{estimated - reference:+.1f}", exact="exact_mib" in entry))
     print_table(f"(e) {which if which in FRESH_SETS else 'sweep'}: estimate --runtime cpu against the "
-                f"measured memory-pool peak (MiB); data {path.relative_to(REPO)} (MindSpore {data.get('mindspore')}, launcher {data.get('launcher')})",
+                f"measured memory-pool peak (MiB); data {path.relative_to(REPO)} "
+                f"(MindSpore {data.get('mindspore')}, launcher {data.get('launcher')})",
                 ("config", "half", "layers", "h", "n/kv", "s", "b", "v", "f", "dtypes", "recompute", "measured",
                  "estimated", "error", "MiB off", "estimated peak at"), rows)
     if exact_count:

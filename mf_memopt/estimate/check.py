@@ -16,7 +16,7 @@ from pathlib import Path
 from ..errors import raise_if_errors
 from ..source import load_source
 from .core import Estimate, estimate_config
-from .measure import Measurement, MeasureError, measure_peak, reading_center
+from .measure import EXACT_ON_ASCEND, Measurement, MeasureError, measure_peak, reading_center
 from .transfer import Hardware
 
 
@@ -72,8 +72,7 @@ def measure_and_compare(config: str | Path, *, runtime: str | None, hardware: Ha
                         as_json: bool, exact: bool = False) -> int:
     runtime = runtime or device_runtime(config)
     if exact and runtime != "cpu":
-        print("estimate --measure --exact: --exact replays the CPU memory pool's allocation log; Ascend's memory "
-              "statistics print fractions of a MiB already: leave --exact out", file=sys.stderr)
+        print(f"estimate --measure --exact: {EXACT_ON_ASCEND}", file=sys.stderr)
         return 2
     estimate = estimate_config(config, runtime=runtime, hardware=hardware)
     check_backend(config, runtime)

@@ -98,10 +98,10 @@ def layer_effect(plan: LayerPlan, inventory: list[Saved], ops: list[Op]) -> Laye
             fates.append(TensorFate(saved=saved, fate="kept"))
         else:
             fates.append(TensorFate(saved=saved, fate="swapped", rule=swap.origin.key, prefetch=swap.prefetch))
-    flops = sum(op.flops for op in ops if recomputed_by(op.path) is not None)
-    rerun = tuple(op.path for op in ops if recomputed_by(op.path) is not None
-                  and (plan.full_recompute is not None or op.path not in _CELL_OUTPUTS))
-    scoped = tuple(op.path for op in ops if recomputed_by(op.path) is not None)
+    recomputed = [op for op in ops if recomputed_by(op.path) is not None]
+    flops = sum(op.flops for op in recomputed)
+    scoped = tuple(op.path for op in recomputed)
+    rerun = tuple(path for path in scoped if plan.full_recompute is not None or path not in _CELL_OUTPUTS)
     return LayerEffect(layer=plan.layer, tensors=tuple(fates), recompute_flops=flops, notes=tuple(notes),
                        recomputed_ops=rerun, recompute_scoped=scoped)
 

@@ -45,10 +45,9 @@ class PoolPeak:
     live: tuple[Block, ...]
     reported_mib: int | None        # MindSpore's own figure (whole MiB, cut down), when the log has it
 
-    @property
-    def agrees(self) -> bool:
-        """Whether the replay falls inside the MiB MindSpore printed (True when it printed none)."""
-        return self.reported_mib is None or self.bytes // 2**20 == self.reported_mib
+    def inside(self, printed_mib: int) -> bool:
+        """Whether the replay falls inside a whole MiB as MindSpore prints it (cut down)."""
+        return self.bytes // 2**20 == printed_mib
 
 
 class NoAllocations(ValueError):
