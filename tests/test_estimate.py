@@ -81,6 +81,21 @@ def test_cell_recompute_removes_what_is_made_inside_the_cell():
     assert effect.recompute_flops == 3 * 2 * 2 * 256 * 256 * 688   # w1, w3, w2
 
 
+def test_a_recomputed_cell_keeps_its_own_output():
+    """`feed_forward\\.w1` names the w1 Linear, whose output is the SiLU's: it stays kept (the next operator's
+    backward reads it), while the w1 matmul output and the SiLU backward's early sigmoid are rebuilt. Under
+    the whole `feed_forward` cell the SiLU output is inside, not the output, and is rebuilt."""
+    effect = _effects({"select_recompute": {"feed_forward\\.w1": True}})[0]
+    silu = {item.saved.what: item.fate for item in effect.tensors
+            if item.saved.path == "feed_forward.w1.activation.silu"}
+    assert silu == {"SiLU output (x * sigmoid(x))": "kept", "sigmoid(x) of the SiLU backward, run early": "recomputed"}
+    assert _paths(effect, "recomputed") == ["feed_forward.w1.activation.silu", "feed_forward.w1.matmul"]
+    assert effect.bytes("recomputed") == 2 * 4 * BSF
+    whole = _effects({"select_recompute": {"feed_forward": True}})[0]
+    assert all(item.fate == "recomputed" for item in whole.tensors
+               if item.saved.path == "feed_forward.w1.activation.silu")
+
+
 def test_primitive_recompute_saves_nothing_and_says_why():
     effect = _effects({"select_recompute": True})[0]
     assert effect.bytes("kept") == S_NONE and effect.recompute_flops == 0
