@@ -12,7 +12,7 @@ checkpoints:
 
 import sys
 
-from mf_memopt.launch import main
+from mf_memopt.runtime.launch import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -156,7 +156,7 @@ def load_ours(case: Case) -> Any:
 
 
 def apply_ours(plan: Any, model: Any) -> Any:
-    from mf_memopt.apply import apply_plan
+    from mf_memopt.apply.execute import apply_plan
 
     return apply_plan(plan, model, device_target="CPU")
 

@@ -54,12 +54,13 @@ def _large_config(work: Path) -> Path:
 
 def planning_time() -> None:
     from mf_memopt.auto import auto_plan, choice_set
+    from mf_memopt.models.llama import LLAMA
 
     load = load_note()
     rows = []
     with tempfile.TemporaryDirectory(prefix="mf_memopt_auto_") as tmp:
         config = _large_config(Path(tmp))
-        choices = choice_set(swap=True)
+        choices = choice_set(LLAMA.auto_cells, swap=True)
         references = auto_plan(config, budget=1 << 50, choices=choices).references
         low = max(stage.peak.peak for stage in references["full recompute"].stages)
         high = max(stage.peak.peak for stage in references["nothing"].stages)
@@ -172,7 +173,7 @@ def _row(rows: list, row: list) -> None:
 
 def _uniform(config: Path, plan, choice) -> str:
     from mf_memopt.auto.planner import _Context
-    from mf_memopt.source import parse_yaml
+    from mf_memopt.config.source import parse_yaml
 
     text = config.read_text()
     context = _Context.read(parse_yaml(text, str(config)), "cpu", plan.estimate.hardware, text, str(config))

@@ -59,7 +59,7 @@ def variant_yaml(config: Path, section: dict | None, out: Path, model: dict | No
 
 def train_worker(config: str, steps: int, result: str) -> None:
     """Child process: build the model and apply the plan as the launcher does, then train `steps` steps."""
-    from mf_memopt.session import prepare
+    from mf_memopt.runtime.session import prepare
 
     losses, milliseconds = train_session(prepare(config), steps)
     Path(result).write_text(json.dumps({"losses": losses, "ms": milliseconds}))
@@ -71,7 +71,7 @@ def train_session(session, steps: int, *, learning_rate: float = 5e-3, num_sampl
 
     The model and its compression come from `session.prepare`, as the launcher builds them;
     the loop is a plain `TrainOneStepCell` with AdamW at a fixed learning rate over the
-    launcher's generated tokens (`mf_memopt.data.synthetic_tokens`, 32 sequences, seed 1234),
+    launcher's generated tokens (`mf_memopt.runtime.data.synthetic_tokens`, 32 sequences, seed 1234),
     so that every variant sees the same batches and the losses can be compared bit for bit.
     """
     import time
@@ -79,7 +79,7 @@ def train_session(session, steps: int, *, learning_rate: float = 5e-3, num_sampl
     import mindspore as ms
     from mindspore import nn
 
-    from mf_memopt.data import synthetic_tokens
+    from mf_memopt.runtime.data import synthetic_tokens
 
     model_config = session.config.model.model_config
     tokens = synthetic_tokens(num_samples, model_config.seq_length, model_config.vocab_size, seed)

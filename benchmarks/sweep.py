@@ -182,7 +182,7 @@ def _ffn(rng: random.Random, hidden: int) -> dict[str, Any]:
 
 
 def _affordable(model: dict[str, Any]) -> bool:
-    from mf_memopt.estimate.spec import ffn_width
+    from mf_memopt.models.llama.spec import ffn_width
 
     h, s, b, v, layers = (model[key] for key in ("hidden_size", "seq_length", "batch_size", "vocab_size",
                                                  "num_layers"))
@@ -386,7 +386,7 @@ def _estimate(path: Path) -> tuple[float, str]:
 
 
 def _row(config: SweepConfig, measured, estimated, error: str, term: str, off: str, exact: bool = False) -> list[str]:
-    from mf_memopt.estimate.spec import ffn_width
+    from mf_memopt.models.llama.spec import ffn_width
 
     m = config.model
     f = ffn_width(m["hidden_size"], m.get("multiple_of", 256), m.get("intermediate_size"), m.get("ffn_dim_multiplier"))

@@ -7,11 +7,11 @@ import json
 import sys
 from collections.abc import Sequence
 
-from .config import load_plan
+from .config.errors import ConfigError
+from .config.load import load_plan
+from .config.plan import Plan
+from .config.render import formative_lines, layer_table, summary
 from .estimate.transfer import DEFAULT_HOST_GBPS, DEFAULT_TFLOPS
-from .errors import ConfigError
-from .plan import Plan
-from .render import formative_lines, layer_table, summary
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -139,7 +139,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from .verify import verify, verify_table
+    from .verify.marks import verify, verify_table
 
     result = verify(args.config, ir_dir=args.ir_dir)
     print(json.dumps(result.to_dict(), indent=2) if args.json else verify_table(result))

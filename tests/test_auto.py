@@ -11,6 +11,7 @@ import yaml
 from mf_memopt.auto import auto_plan
 from mf_memopt.cli import main
 from mf_memopt.estimate import estimate_config
+from mf_memopt.models.llama import LLAMA
 from mf_memopt.estimate.report import human
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,7 +126,7 @@ def test_interleaved_counts_round_trip(tmp_path):
 
 @pytest.mark.parametrize("config", sorted((ROOT / "configs/planning").glob("*.yaml")), ids=lambda path: path.name)
 def test_shipped_planning_configs_get_plans_that_validate_cleanly(tmp_path, config):
-    from mf_memopt.config import load_plan
+    from mf_memopt.config.load import load_plan
 
     probe = auto_plan(config, budget=1 << 50)
     low = max(stage.peak.peak for stage in probe.references["full recompute"].stages)
@@ -139,7 +140,7 @@ def test_shipped_planning_configs_get_plans_that_validate_cleanly(tmp_path, conf
 def _no_swap():
     from mf_memopt.auto import choice_set
 
-    return choice_set(swap=False)
+    return choice_set(LLAMA.auto_cells, swap=False)
 
 
 def test_budget_above_nothing_gives_an_empty_plan(capsys, tmp_path):

@@ -21,13 +21,14 @@ from mf_memopt.auto.limits import check_cpu_peak
 from mf_memopt.auto.planner import _Context
 from mf_memopt.auto.problem import stage_problems
 from mf_memopt.auto.writer import Assignment, sections
-from mf_memopt.config import load_plan, plan_source
+from mf_memopt.config.load import load_plan, plan_source
 from mf_memopt.estimate import estimate_config
 from mf_memopt.estimate.core import _estimate
-from mf_memopt.estimate.inventory import layer_inventory, layer_ops
+from mf_memopt.models.llama import LLAMA
+from mf_memopt.models.llama.inventory import layer_inventory, layer_ops
 from mf_memopt.estimate.spec import ParallelSpec
 from mf_memopt.estimate.transfer import Hardware
-from mf_memopt.source import Source, parse_yaml
+from mf_memopt.config.source import Source, parse_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB, GiB = 2**20, 2**30
@@ -88,7 +89,8 @@ def _every_plan(config: Path, runtime: str, choices: tuple[Choice, ...]) -> tupl
         assignment = Assignment(choices={layer: option.choice for layer, option in zip(layers, picked)},
                                 prefetch={layer: option.prefetch for layer, option in zip(layers, picked)
                                           if option.prefetch is not None})
-        written = Source(file="brute", data={**source.data, **sections(assignment, context.plan.layout, original)})
+        written = Source(file="brute", data={**source.data, **sections(assignment, context.plan.layout, original,
+                                                                     LLAMA.auto_cells)})
         plan = plan_source(written)
         if not _said(plan, assignment) or (assignment.swaps is False and plan.swap):
             continue
@@ -244,9 +246,10 @@ def test_cpu_search_peak_matches_the_estimator(tmp_path, mix):
     source = parse_yaml(config.read_text(), "medium")
     from mf_memopt.estimate.spec import read_spec
 
-    model, _, _ = read_spec(source, [])
-    prints = footprints(CPU_CHOICES, layer_inventory(model, ParallelSpec(), "cpu"), layer_ops(model, ParallelSpec()))
-    problems = stage_problems(plan, read_spec(source, []), CPU_CHOICES, runtime="cpu",
+    model, _, _ = read_spec(source, LLAMA, [])
+    prints = footprints(CPU_CHOICES, layer_inventory(model, ParallelSpec(), "cpu"), layer_ops(model, ParallelSpec()),
+                        LLAMA)
+    problems = stage_problems(plan, read_spec(source, LLAMA, []), CPU_CHOICES, runtime="cpu",
                               hardware=Hardware(device_memory=GiB))
     rng = random.Random(7)
     for _ in range(50):
@@ -261,12 +264,14 @@ def test_an_estimator_term_the_search_cannot_express_is_refused(tmp_path, monkey
     """If the cpu estimator grew a checkpoint term that is not a per-layer sum (here: the largest layer's
     kept bytes), the planner's terms no longer add up to it; planning stops instead of trusting them."""
     from mf_memopt.auto import limits
-    from mf_memopt.estimate.memory import StagePeak, cpu_checkpoints
+    from mf_memopt.estimate.memory import StagePeak
+
+    cpu_checkpoints = LLAMA.cpu_checkpoints
 
     def with_a_maximum(model, effects):
         largest = max(effect.bytes() - effect.bytes("recomputed") for effect in effects)
-        return [*cpu_checkpoints(model, effects), StagePeak(checkpoint="largest layer", components={"x": largest})]
+        return [*cpu_checkpoints(model, effects), StagePeak(kind="largest layer", components={"x": largest})]
 
-    monkeypatch.setattr(limits, "cpu_checkpoints", with_a_maximum)
+    monkeypatch.setattr(LLAMA, "cpu_checkpoints", with_a_maximum)
     with pytest.raises(limits.PlannerMismatch, match="do not add up to its peak"):
         auto_plan(tiny(tmp_path, 4), budget=60 * MiB, runtime="cpu", choices=CPU_CHOICES)

@@ -31,7 +31,7 @@ def _config(tmp_path, name, compress=None):
 
 
 def _session(tmp_path, name, compress=None):
-    from mf_memopt.session import prepare
+    from mf_memopt.runtime.session import prepare
 
     return prepare(_config(tmp_path, name, compress))
 
@@ -119,13 +119,14 @@ def test_partial_users_and_impossible_lossless_are_warned_with_key_and_line(tmp_
 
 def test_a_cell_that_cannot_be_compressed_is_an_error_and_nothing_is_replaced(tmp_path):
     from mf_memopt import ConfigError, apply_plan, load_plan
-    from mf_memopt.model import build_model, read_config
+    from mf_memopt.models.llama import LLAMA
+    from mf_memopt.runtime.build import build_model, read_config
 
     path = _config(tmp_path, "bad", {"op_compress": [
         {"op_name": W2, "method": "int8", "layers": [0]},
         {"op_name": "attention", "method": "int8", "layers": [1]},
         {"op_name": "feed_forward\\.w9", "method": "int8", "layers": [1]}]})
-    built = build_model(read_config(path), device_target="CPU")
+    built = build_model(read_config(path), LLAMA, device_target="CPU")
     with pytest.raises(ConfigError) as raised:
         apply_plan(load_plan(path), built.network)
     messages = [issue.message for issue in raised.value.issues]

@@ -9,9 +9,10 @@ import yaml
 
 from mf_memopt import load_plan
 from mf_memopt.compress.methods import bits_per_element, stored_bytes
-from mf_memopt.config import plan_source
+from mf_memopt.config.load import plan_source
 from mf_memopt.estimate.core import estimate_config
-from mf_memopt.source import parse_yaml
+from mf_memopt.config.source import parse_yaml
+from mf_memopt.models.llama import LLAMA
 
 LAYOUT = "model:\n  model_config:\n    num_layers: 4\n"
 
@@ -178,34 +179,35 @@ def test_shipped_compress_configs_load():
 
 
 def _node(ref, op, inputs, cell, backward=False):
-    from mf_memopt.ir import Node
+    from mf_memopt.verify.ir import Node
 
     prefix = "Gradients/" if backward else ""
     scope = f"{prefix}Default/network-L/model-M/layers-CellList/0-LLamaDecodeLayer/{cell}/MatMul-op0"
-    return Node(ref=ref, op=op, graph="g", inputs=inputs, instance=None, prim_attrs={}, cnode_attrs={}, scope=scope)
+    return Node(ref=ref, op=op, graph="g", inputs=inputs, instance=None, prim_attrs={}, cnode_attrs={}, scope=scope,
+                layer_scope=LLAMA.ir_layer_scope)
 
 
 @pytest.mark.parametrize(("weight_gradient_reads", "agrees"), [("%restored", True), ("%x", False)])
 def test_verify_checks_that_the_weight_gradient_reads_the_compressed_copy(weight_gradient_reads, agrees):
-    from mf_memopt.compress.verify import check_compression
-    from mf_memopt.ir import Graph
+    from mf_memopt.verify.compression import check_compression
+    from mf_memopt.verify.ir import Graph
 
     cell = "feed_forward-LlamaFeedForward/w2-CompressedLinear/compressed_matmul-QuantisedMatMul"
     nodes = [_node("%y", "PrimFunc_MatMul", ["%x", "%w"], cell),
              _node("%dx", "PrimFunc_MatMul", ["%dy", "%w"], cell),
              _node("%dw", "PrimFunc_MatMul", ["%dy", weight_gradient_reads], cell)]
     entry = {"layer": 0, "path": "feed_forward.w2", "method": "int2", "replaced_by": "CompressedLinear"}
-    found, wrong, _ = check_compression(0, [entry], nodes, Graph(nodes))
+    found, wrong, _ = check_compression(0, [entry], nodes, Graph(nodes), LLAMA.compression.scopes)
     assert (found, wrong) == ((["feed_forward.w2 (int2)"], []) if agrees else
                               ([], ["feed_forward.w2: its weight gradient reads the full-precision input, not the "
                                     "compressed copy"]))
 
 
 def test_verify_reports_a_missing_compressed_cell():
-    from mf_memopt.compress.verify import check_compression
-    from mf_memopt.ir import Graph
+    from mf_memopt.verify.compression import check_compression
+    from mf_memopt.verify.ir import Graph
 
     entry = {"layer": 0, "path": "feed_forward.w2", "method": "lossless", "replaced_by": "LosslessFeedForward"}
-    _, wrong, _ = check_compression(0, [entry], [], Graph([]))
+    _, wrong, _ = check_compression(0, [entry], [], Graph([]), LLAMA.compression.scopes)
     assert wrong == ["feed_forward.w2: compressed by the plan (lossless), but the graph has no "
                      "feed_forward.w2_lossless cell"]

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mf_memopt.data import main, synthetic_tokens, token_spec
-from mf_memopt.errors import ConfigError
-from mf_memopt.source import parse_yaml
+from mf_memopt.runtime.data import main, synthetic_tokens, token_spec
+from mf_memopt.config.errors import ConfigError
+from mf_memopt.config.source import parse_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,7 +16,7 @@ from mindformers.modules import transformer
 from mindformers.parallel_core.training_graph.transformer import utils as layer_utils
 
 from mf_memopt import load_plan
-from mf_memopt.render import formative_lines
+from mf_memopt.config.render import formative_lines
 
 pytestmark = pytest.mark.mindspore
 

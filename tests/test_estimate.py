@@ -12,10 +12,12 @@ from mf_memopt import load_plan
 from mf_memopt.cli import main
 from mf_memopt.estimate import Hardware, estimate_config
 from mf_memopt.estimate.effects import layer_effect
-from mf_memopt.estimate.inventory import layer_inventory, layer_ops
+from mf_memopt.models.llama import LLAMA
+from mf_memopt.models.llama.inventory import layer_inventory, layer_ops
+from mf_memopt.models.llama.spec import ffn_width
 from mf_memopt.estimate.memory import in_flight, stage_parameters
 from mf_memopt.estimate.report import parse_size
-from mf_memopt.estimate.spec import ModelSpec, ParallelSpec, ffn_width
+from mf_memopt.estimate.spec import ModelSpec, ParallelSpec
 from mf_memopt.estimate.transfer import swap_timeline
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +35,7 @@ def _effects(recompute=None, swap=None, num_layers=4, model=TINY):
            "swap_config": swap or {}}
     plan = load_plan(doc)
     inventory, ops = layer_inventory(model, ParallelSpec(), "cpu"), layer_ops(model, ParallelSpec())
-    return [layer_effect(layer, inventory, ops) for layer in plan.layers]
+    return [layer_effect(layer, inventory, ops, LLAMA.cell_outputs) for layer in plan.layers]
 
 
 def _paths(effect, fate):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mf_memopt import patterns as pattern_rules
+from mf_memopt.config import patterns as pattern_rules
 from mf_memopt.cli import main
 
 LAYOUT = "model:\n  model_config:\n    num_layers: 4\n"

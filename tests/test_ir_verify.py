@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import textwrap
 
-from mf_memopt.ir import read_ir
-from mf_memopt.verify import compare
+from mf_memopt.models.llama import LLAMA
+from mf_memopt.verify.ir import read_ir
+from mf_memopt.verify.marks import compare
 
 SCOPE = "Default/network-LlamaForCausalLM/model-LlamaModel/layers-CellList"
 # Lines as MindSpore 2.9 writes them (shortened): layer 1 swaps attention_norm and recomputes
@@ -52,7 +53,7 @@ PLAN = [_set(1, "attention_norm.mul2", "offload", 2),
 def _graph(tmp_path):
     path = tmp_path / "20_validate_0001.ir"
     path.write_text(IR)
-    return read_ir(path)
+    return read_ir(path, LLAMA.ir_layer_scope)
 
 
 def test_nodes_carry_layer_path_and_marks(tmp_path):

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from mf_memopt.backend import backend_issues
-from mf_memopt.outputs import OutputError, check_output_dir, write_report
-from mf_memopt.source import parse_yaml
+from mf_memopt.models.llama.backend import backend_issues
+from mf_memopt.runtime.outputs import OutputError, check_output_dir, write_report
+from mf_memopt.config.source import parse_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "llama_tiny.yaml"
@@ -80,17 +80,17 @@ def test_a_second_report_keeps_the_first_unless_forced(tmp_path):
 def test_bfloat16_on_cpu_names_the_key_and_line():
     source = parse_yaml("model:\n  model_config:\n    type: LlamaConfig\n    use_rope_slice: True\n"
                         "    fused_rms_norm: False\n    compute_dtype: bfloat16\n", "m.yaml")
-    (issue,) = backend_issues(source.get(("model", "model_config")), "CPU", source=source)
+    (issue,) = backend_issues(source.get(("model", "model_config")), "CPU", source)
     assert issue.render() == ("m.yaml:6: model.model_config.compute_dtype: bfloat16 has no CPU kernels in MindSpore "
                               "(kernel selection fails, e.g. Reshape of BFloat16) (use float32 (or float16) on "
                               "CPU; bfloat16 runs on Ascend)")
-    assert backend_issues(source.get(("model", "model_config")), "Ascend", source=source) == []
+    assert backend_issues(source.get(("model", "model_config")), "Ascend", source) == []
 
 
 def test_llama_defaults_that_cpu_cannot_run_are_named():
     source = parse_yaml("model:\n  model_config:\n    type: LlamaConfig\n    compute_dtype: float32\n", "m.yaml")
     rendered = [issue.render() for issue in backend_issues(source.get(("model", "model_config")), "CPU",
-                                                           source=source)]
+                                                           source)]
     assert rendered == [
         "m.yaml:2: model.model_config.fused_rms_norm: is True (LlamaConfig's default: the key is not written): the "
         "fused RmsNorm kernel has no CPU implementation (set fused_rms_norm: False on CPU)",

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mf_memopt import ConfigError, load_plan
-from mf_memopt.render import formative_lines
+from mf_memopt.config.render import formative_lines
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

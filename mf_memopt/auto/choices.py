@@ -13,13 +13,12 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from ..config.plan import LayerPlan, SwapUse, Use
+from ..config.rules import Origin
 from ..estimate.effects import LayerEffect, layer_effect
 from ..estimate.inventory import Op, Saved
-from ..plan import LayerPlan, SwapUse, Use
-from ..rules import Origin
+from ..models.family import AutoCells, ModelFamily
 
-SELECT_CELLS = ("feed_forward", "attention")    # the sub-cells whose recompute the estimator counts
-SWAP_CELLS = ("attention", "feed_forward")
 FULL = "full"
 
 _RECOMPUTE = Origin(path=("recompute_config", "recompute"), line=None)
@@ -71,20 +70,21 @@ def _features(full: bool, select: tuple[str, ...]) -> frozenset[str]:
     return frozenset(select) | ({FULL} if full else frozenset())
 
 
-def choice_set(*, swap: bool, select: bool = True, full: bool = True) -> tuple[Choice, ...]:
-    """The choices `auto` considers; swap ones only where swapping moves data (the ascend runtime)."""
+def choice_set(cells: AutoCells, *, swap: bool, select: bool = True, full: bool = True) -> tuple[Choice, ...]:
+    """The choices `auto` considers among the family's cells; swap ones only where swapping moves data (the
+    ascend runtime): a cell swapped alone, or next to recomputing another."""
     choices = [KEEP]
     if select:
-        choices += [Choice(select=(cell,)) for cell in SELECT_CELLS]
-        choices.append(Choice(select=SELECT_CELLS))
+        choices += [Choice(select=(cell,)) for cell in cells.select]
+        choices.append(Choice(select=cells.select))
     if full:
         choices.append(Choice(full=True))
     if swap:
         choices.append(Choice(layer_swap=True))
-        choices += [Choice(op_swap=(cell,)) for cell in SWAP_CELLS]
+        choices += [Choice(op_swap=(cell,)) for cell in cells.swap]
         if select:
-            choices += [Choice(select=("feed_forward",), op_swap=("attention",)),
-                        Choice(select=("attention",), op_swap=("feed_forward",))]
+            choices += [Choice(select=(cell,), op_swap=(other,)) for cell in cells.select for other in cells.swap
+                        if other != cell]
     return tuple(choices)
 
 
@@ -94,6 +94,7 @@ class Footprint:
 
     choice: Choice
     effect: LayerEffect
+    attention_rebuilt: bool             # some tensor of the attention is rebuilt (the causal mask is then kept)
 
     @property
     def kept(self) -> int:
@@ -107,13 +108,14 @@ class Footprint:
     def swapped(self) -> int:
         return self.effect.bytes("swapped")
 
-    @property
-    def attention_rebuilt(self) -> bool:
-        return any(item.fate == "recomputed" and item.saved.path.startswith("attention.")
-                   for item in self.effect.tensors)
 
-
-def footprints(choices: tuple[Choice, ...], inventory: list[Saved], ops: list[Op]) -> tuple[Footprint, ...]:
+def footprints(choices: tuple[Choice, ...], inventory: list[Saved], ops: list[Op],
+               family: ModelFamily) -> tuple[Footprint, ...]:
     """Each choice's effect on a layer (all layers of a model have the same tensors)."""
-    return tuple(Footprint(choice=choice, effect=layer_effect(choice.layer_plan(0, 0, 0), inventory, ops))
-                 for choice in choices)
+    prints = []
+    for choice in choices:
+        effect = layer_effect(choice.layer_plan(0, 0, 0), inventory, ops, family.cell_outputs)
+        rebuilt = any(item.fate == "recomputed" and item.saved.path.startswith(family.auto_cells.attention_prefix)
+                      for item in effect.tensors)
+        prints.append(Footprint(choice=choice, effect=effect, attention_rebuilt=rebuilt))
+    return tuple(prints)

@@ -6,7 +6,7 @@
   release would fall after the turn). So the estimator's own function is called with one
   synthetic layer carrying those sums: the planner's peak is the estimator's peak.
 * cpu: the memory-pool peak is the largest of the estimator's checkpoints
-  (`estimate.memory.cpu_checkpoints`: the start of the step, the end of the forward, the
+  (the family's `cpu_checkpoints`: the start of the step, the end of the forward, the
   backward and the attention backward of each layer, the optimizer step). `cpu_terms` reads
   the search's terms off those checkpoints by probing the estimator (what a layer's choice adds
   to checkpoints after it, to its own, and to each whole-stage one; the causal mask kept once
@@ -25,15 +25,15 @@ the choices) one on a second whole-stage sum.
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass
 from typing import Callable
 
 from ..estimate.effects import LayerEffect, TensorFate
 from ..estimate.inventory import Saved
-from ..estimate.memory import ascend_peak, cpu_checkpoints, cpu_pool_peak
+from ..estimate.memory import ascend_peak, cpu_pool_peak
 from ..estimate.spec import ModelSpec, OptimizerSpec, ParallelSpec
 from ..estimate.transfer import LayerTransfer
+from ..models.family import ModelFamily
 
 INFINITE = float("inf")
 
@@ -118,17 +118,9 @@ class PlannerMismatch(RuntimeError):
     """The estimator's cpu checkpoints no longer have the shape the search relies on."""
 
 
-_PER_LAYER = re.compile(r"(.*) of layer (\d+)")
-
-
-def _checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> dict[tuple[str, int | None], int]:
+def _checkpoints(family: ModelFamily, model: ModelSpec, effects: list[LayerEffect]) -> dict[tuple[str, int | None], int]:
     """The estimator's cpu checkpoints by (kind, layer index or None)."""
-    values = {}
-    for candidate in cpu_checkpoints(model, effects):
-        match = _PER_LAYER.fullmatch(candidate.checkpoint)
-        key = (match.group(1), int(match.group(2))) if match else (candidate.checkpoint, None)
-        values[key] = candidate.peak
-    return values
+    return {candidate.key: candidate.peak for candidate in family.cpu_checkpoints(model, effects)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,7 +131,7 @@ class CpuTerms:
     choice and by where the layer sits relative to the checkpoint (a per-layer checkpoint of
     layer i: layers before i, layer i itself, layers after i). The one term shared by layers is
     the causal mask, counted once when some attention is rebuilt. These terms are measured by
-    calling `cpu_checkpoints` on three-layer probes (one choice in the middle, the rest keep;
+    calling the family's `cpu_checkpoints` on three-layer probes (one choice in the middle, the rest keep;
     two attention-rebuilding layers for the mask) and the constants on the stage's all-keep
     plan; `CpuStage.__post_init__` checks the result against the estimator on whole plans.
     """
@@ -154,13 +146,13 @@ class CpuTerms:
     attention: dict     # Choice -> whether it rebuilds some attention tensor (the mask is then kept)
 
 
-def cpu_terms(model: ModelSpec, effects: dict, attention: dict, positions: int) -> CpuTerms:
+def cpu_terms(family: ModelFamily, model: ModelSpec, effects: dict, attention: dict, positions: int) -> CpuTerms:
     """`effects`: Choice -> LayerEffect (the first one is "keep"); `attention`: Choice -> bool."""
     choices = list(effects)
     keep = choices[0]
 
     def values(picks: list) -> dict:
-        return _checkpoints(model, [effects[choice] for choice in picks])
+        return _checkpoints(family, model, [effects[choice] for choice in picks])
 
     base = values([keep] * 3)
     rebuilding = [choice for choice in choices if attention[choice]]
@@ -218,20 +210,20 @@ def cpu_terms(model: ModelSpec, effects: dict, attention: dict, positions: int) 
     mask_n = {(kind, index): mask[(kind, 1 if index is not None else None)] for kind, index in full}
     terms = CpuTerms(kept=kept, extra=extra, at=at, constants=constants, mask=mask_n,
                      kept_totals=frozenset(kept_totals), extra_totals=frozenset(extra_totals), attention=dict(attention))
-    _check(model, terms, effects, positions)
+    _check(family, model, terms, effects, positions)
     return terms
 
 
-def _check(model: ModelSpec, terms: CpuTerms, effects: dict, positions: int) -> None:
+def _check(family: ModelFamily, model: ModelSpec, terms: CpuTerms, effects: dict, positions: int) -> None:
     """Whole plans of the stage (each choice everywhere; the choices in turn, both ways round) through the
     estimator and through the terms: every checkpoint must agree, or the estimator has a term of a new shape."""
     choices = list(effects)
-    stage = CpuStage(model=model, terms=terms, positions=positions)
+    stage = CpuStage(family=family, model=model, terms=terms, positions=positions)
     plans = [[choice] * positions for choice in choices]
     plans += [[choices[index % len(choices)] for index in range(positions)],
               [choices[-1 - index % len(choices)] for index in range(positions)]]
     for plan in plans:
-        expected = _checkpoints(model, [effects[choice] for choice in plan])
+        expected = _checkpoints(family, model, [effects[choice] for choice in plan])
         if stage.checkpoints(plan) != expected:
             raise PlannerMismatch("the cpu terms read off the estimator's checkpoints do not add up to its peak on "
                                   f"the plan {[choice.name for choice in plan]}")
@@ -247,6 +239,7 @@ class CpuStage:
     which the run's `prefix_cap` folds into the cap of that position and option.
     """
 
+    family: ModelFamily
     model: ModelSpec
     terms: CpuTerms
     positions: int
@@ -300,4 +293,4 @@ class CpuStage:
 def check_cpu_peak(model: ModelSpec, effects: list[LayerEffect], stage: CpuStage,
                           options: list) -> tuple[int, int]:
     """(the search's peak, the estimator's peak) of one plan, for the test that keeps the two equal."""
-    return stage.peak(options), cpu_pool_peak(model, effects).peak
+    return stage.peak(options), cpu_pool_peak(stage.family, model, effects).peak

@@ -23,13 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import plan_source
-from ..errors import ConfigIssue, raise_if_errors
+from ..config.errors import ConfigIssue, raise_if_errors
+from ..config.load import plan_source
+from ..config.plan import Plan
+from ..config.source import Source, parse_yaml
 from ..estimate.core import Estimate, estimate_source
 from ..estimate.spec import read_spec
 from ..estimate.transfer import Hardware
-from ..plan import Plan
-from ..source import Source, load_source, parse_yaml
+from ..models.family import AutoCells
 from .choices import KEEP, Choice, choice_set
 from .problem import StageProblem, stage_problems
 from .solver import Option, Solution, solve_stage
@@ -92,7 +93,7 @@ def auto_plan(config: str | Path, *, budget: int, runtime: str = "ascend", host_
     references = {"nothing": context.estimate_of(context.uniform(KEEP)),
                   "full recompute": context.estimate_of(context.uniform(Choice(full=True)))}
     swap = runtime == "ascend"
-    offered = choices or choice_set(swap=swap)
+    offered = choices or choice_set(context.plan.family.auto_cells, swap=swap)
     families = {"counts": [choice for choice in offered if not choice.swaps]}
     if swap and any(choice.swaps for choice in offered):
         families["indices"] = list(offered)
@@ -104,7 +105,7 @@ def auto_plan(config: str | Path, *, budget: int, runtime: str = "ascend", host_
     name, stages = best
     stages, repairs, estimate = _repair(context, families[name], name, stages, budget, host_budget)
     final = context.text_of(_assignment(stages), _header(name, budget, host_budget, runtime, stages, estimate,
-                                                         references))
+                                                         references, context.plan.family.auto_cells))
     return AutoPlan(config=str(path), runtime=runtime, budget=budget, host_budget=host_budget, family=name,
                     stages=tuple(stages), text=final, estimate=estimate, references=references,
                     empty=empty, repairs=tuple(repairs))
@@ -125,7 +126,7 @@ class _Context:
     def read(cls, source: Source, runtime: str, hardware: Hardware, text: str, output_name: str) -> _Context:
         plan = plan_source(source)
         issues: list[ConfigIssue] = []
-        spec = read_spec(source, issues)
+        spec = read_spec(source, plan.family, issues)
         raise_if_errors(issues)
         return cls(source=source, plan=plan, spec=spec, runtime=runtime, hardware=hardware, text=text,
                    output_name=output_name)
@@ -142,7 +143,8 @@ class _Context:
 
     def text_of(self, assignment: Assignment, header: list[str] | None = None) -> str:
         original = self.source.get(("recompute_config",)) or {}
-        return replace_sections(self.text, sections(assignment, self.plan.layout, original), header or [])
+        return replace_sections(self.text, sections(assignment, self.plan.layout, original,
+                                                    self.plan.family.auto_cells), header or [])
 
     def estimate_text(self, text: str) -> Estimate:
         return estimate_source(parse_yaml(text, self.output_name), runtime=self.runtime, hardware=self.hardware)
@@ -150,7 +152,7 @@ class _Context:
     def estimate_of(self, assignment: Assignment) -> Estimate:
         """The estimate of the YAML with these sections (built as a mapping: no text round trip)."""
         original = self.source.get(("recompute_config",)) or {}
-        data = {**self.source.data, **sections(assignment, self.plan.layout, original)}
+        data = {**self.source.data, **sections(assignment, self.plan.layout, original, self.plan.family.auto_cells)}
         return estimate_source(Source(file=self.output_name, data=data, lines=self.source.lines),
                                runtime=self.runtime, hardware=self.hardware)
 
@@ -268,7 +270,7 @@ def _minimum_budgets(context: _Context, choices: list[Choice], host_budget: floa
 
 
 def _header(family: str, budget: int, host_budget: float, runtime: str, stages: list[StagePlan],
-            estimate: Estimate, references: dict[str, Estimate]) -> list[str]:
+            estimate: Estimate, references: dict[str, Estimate], cells: AutoCells) -> list[str]:
     from ..estimate.report import human
 
     host = "unlimited" if host_budget == INFINITE else human(host_budget)
@@ -277,7 +279,7 @@ def _header(family: str, budget: int, host_budget: float, runtime: str, stages: 
             else "per-stage counts of the first layers (select counts include the fully recomputed layers before "
                  "them: full recompute wins there)")
     lines = [f"plan for {human(budget)} of device memory per stage ({runtime} runtime), host memory {host}.",
-             "Made per pipeline stage by an exact search over keep / recompute feed_forward, attention or both /",
+             f"Made per pipeline stage by an exact search over keep / recompute {', '.join(cells.select)} or both /",
              f"full recompute{moves}: the least predicted added step time with the estimated peak within the budget.",
              f"Written as {form}."]
     for plan, stage in zip(stages, estimate.stages):

@@ -5,11 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..estimate.inventory import layer_inventory, layer_ops
+from ..config.plan import Plan
 from ..estimate.memory import in_flight, stage_parameters
 from ..estimate.spec import ModelSpec, OptimizerSpec, ParallelSpec
 from ..estimate.transfer import Hardware
-from ..plan import Plan
 from .choices import Choice, Footprint, footprints
 from .limits import AscendStage, CpuStage, CpuTerms, cpu_terms
 from .solver import Option
@@ -28,8 +27,9 @@ class StageProblem:
 def stage_problems(plan: Plan, spec: tuple[ModelSpec, ParallelSpec, OptimizerSpec], choices: tuple[Choice, ...],
                    *, runtime: str, hardware: Hardware) -> list[StageProblem]:
     model, parallel, optimizer = spec
-    inventory, ops = layer_inventory(model, parallel, runtime), layer_ops(model, parallel)
-    prints = footprints(choices, inventory, ops)
+    family = plan.family
+    inventory, ops = family.inventory(model, parallel, runtime), family.layer_ops(model, parallel)
+    prints = footprints(choices, inventory, ops, family)
     forward_s = hardware.seconds(sum(op.flops for op in ops))
     steps = parallel.micro_batches * parallel.grad_accumulation
     problems = []
@@ -41,9 +41,9 @@ def stage_problems(plan: Plan, spec: tuple[ModelSpec, ParallelSpec, OptimizerSpe
                            if index == 0 or layer.chunk != members[index - 1].chunk)
         first, last = stage == 0, stage == plan.layout.stages - 1
         if runtime == "cpu":
-            terms = cpu_terms(model, {footprint.choice: footprint.effect for footprint in prints},
+            terms = cpu_terms(family, model, {footprint.choice: footprint.effect for footprint in prints},
                               {footprint.choice: footprint.attention_rebuilt for footprint in prints}, n)
-            limits: AscendStage | CpuStage = CpuStage(model=model, terms=terms, positions=n)
+            limits: AscendStage | CpuStage = CpuStage(family=family, model=model, terms=terms, positions=n)
         else:
             limits = AscendStage(model=model, parallel=parallel, optimizer=optimizer,
                                  params=stage_parameters(model, parallel, n, first, last),

@@ -16,10 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..layout import Layout
-from .choices import FULL, SELECT_CELLS, SWAP_CELLS, Choice
+from ..config.layout import Layout
+from ..models.family import AutoCells
+from .choices import FULL, Choice
 
 HEADER_MARK = "# mf_memopt auto:"
+_PATTERN_KEYS = ("select_recompute",)   # its keys are patterns: written quoted
 _KEPT_OPTIONS = ("select_comm_recompute", "mp_comm_recompute", "recompute_slice_activation",
                  "parallel_optimizer_comm_recompute")
 
@@ -36,13 +38,14 @@ class Assignment:
         return any(choice.swaps for choice in self.choices.values())
 
 
-def sections(assignment: Assignment, layout: Layout, original: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The new `recompute_config` and `swap_config` as plain values."""
+def sections(assignment: Assignment, layout: Layout, original: dict[str, Any],
+             cells: AutoCells) -> dict[str, dict[str, Any]]:
+    """The new `recompute_config` and `swap_config` as plain values, naming the family's cells."""
     if assignment.swaps:
-        recompute = _by_index(assignment)
-        swap = {"swap": True, **_swaps(assignment)}
+        recompute = _by_index(assignment, cells)
+        swap = {"swap": True, **_swaps(assignment, cells)}
     else:
-        recompute = _by_counts(assignment, layout)
+        recompute = _by_counts(assignment, layout, cells)
         swap = {"swap": False}
     full = any(choice.full for choice in assignment.choices.values())
     for key in _KEPT_OPTIONS:
@@ -53,10 +56,10 @@ def sections(assignment: Assignment, layout: Layout, original: dict[str, Any]) -
     return {"recompute_config": recompute, "swap_config": swap}
 
 
-def _by_index(assignment: Assignment) -> dict[str, Any]:
+def _by_index(assignment: Assignment, cells: AutoCells) -> dict[str, Any]:
     full = sorted(layer for layer, choice in assignment.choices.items() if choice.full)
     select = {cell: sorted(layer for layer, choice in assignment.choices.items()
-                           if cell in choice.select and not choice.full) for cell in SELECT_CELLS}
+                           if cell in choice.select and not choice.full) for cell in cells.select}
     every = len(assignment.choices)
     return {"recompute": _all_or(full, every),
             "select_recompute": {cell: _all_or(layers, every) for cell, layers in select.items() if layers} or False}
@@ -66,7 +69,7 @@ def _all_or(layers: list[int], every: int) -> Any:
     return True if len(layers) == every else (layers or False)
 
 
-def _swaps(assignment: Assignment) -> dict[str, Any]:
+def _swaps(assignment: Assignment, cells: AutoCells) -> dict[str, Any]:
     layer_swap: dict[int, list[int]] = {}
     op_swap: dict[tuple[str, int], list[int]] = {}
     for layer, choice in sorted(assignment.choices.items()):
@@ -80,19 +83,19 @@ def _swaps(assignment: Assignment) -> dict[str, Any]:
         result["layer_swap"] = [{"backward_prefetch": prefetch, "layers": layers}
                                 for prefetch, layers in sorted(layer_swap.items())]
     if op_swap:
-        order = {cell: index for index, cell in enumerate(SWAP_CELLS)}
+        order = {cell: index for index, cell in enumerate(cells.swap)}
         result["op_swap"] = [{"op_name": cell, "backward_prefetch": prefetch, "layers": layers}
                              for (cell, prefetch), layers in sorted(op_swap.items(),
                                                                     key=lambda item: (order[item[0][0]], item[0][1]))]
     return result
 
 
-def _by_counts(assignment: Assignment, layout: Layout) -> dict[str, Any]:
+def _by_counts(assignment: Assignment, layout: Layout, cells: AutoCells) -> dict[str, Any]:
     def counts(feature: str) -> list[list[int]]:
         return [[_prefix(assignment, layout.chunk_layers(chunk, stage), feature) for stage in range(layout.stages)]
                 for chunk in range(layout.chunks)]
 
-    select = {cell: _count_form(counts(cell), layout) for cell in SELECT_CELLS}
+    select = {cell: _count_form(counts(cell), layout) for cell in cells.select}
     return {"recompute": _count_form(counts(FULL), layout),
             "select_recompute": {cell: form for cell, form in select.items() if form is not False} or False}
 
@@ -112,24 +115,20 @@ def _count_form(grid: list[list[int]], layout: Layout) -> Any:
 
 
 def yaml_lines(key: str, value: Any, indent: int = 0) -> list[str]:
-    """Block YAML for dicts and lists of dicts, flow style for lists of scalars."""
+    """Block YAML for dicts and lists of dicts, flow style for lists of scalars; pattern keys quoted."""
     pad = " " * indent
     if isinstance(value, dict):
         lines = [f"{pad}{key}:"]
         for name, item in value.items():
-            lines += yaml_lines(_key(name), item, indent + 2)
+            lines += yaml_lines(f"'{name}'" if key in _PATTERN_KEYS else name, item, indent + 2)
         return lines
     if isinstance(value, list) and value and isinstance(value[0], dict):
         lines = [f"{pad}{key}:"]
         for item in value:
-            entry = [line for name, inner in item.items() for line in yaml_lines(_key(name), inner, indent + 4)]
+            entry = [line for name, inner in item.items() for line in yaml_lines(name, inner, indent + 4)]
             lines += [f"{pad}  - {entry[0].lstrip()}", *entry[1:]]
         return lines
     return [f"{pad}{key}: {_scalar(value)}"]
-
-
-def _key(name: str) -> str:
-    return f"'{name}'" if name in SELECT_CELLS else name
 
 
 def _scalar(value: Any) -> str:
@@ -161,7 +160,7 @@ def replace_sections(text: str, new: dict[str, dict[str, Any]], header: list[str
 
 
 def describe(layers: tuple[int, ...], choices: list[Choice], prefetch: list[int | None]) -> str:
-    """`0-1 full recompute; 2 recompute feed_forward; 3 keep` (runs of equal choices)."""
+    """`0-1 full recompute; 2 recompute <cell>; 3 keep` (runs of equal choices)."""
     runs: list[list] = []
     for layer, choice, value in zip(layers, choices, prefetch):
         label = choice.name + (f" (backward_prefetch {value})" if value is not None else "")

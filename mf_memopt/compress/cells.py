@@ -1,4 +1,7 @@
-"""Replacement cells whose backward pass reads only a compressed copy of a saved input.
+"""Matmul cells whose backward pass reads only a compressed copy of a saved input.
+
+A family's replacement cells (`models/<family>/compress_cells.py`) put these in place of the
+matmul of the cells they replace.
 
 Two MindSpore graph-mode traps shape these cells:
 
@@ -6,15 +9,10 @@ Two MindSpore graph-mode traps shape these cells:
 * the backward must decompress only after the incoming gradient exists
   (`ops.depend(..., dout)`); otherwise the runtime schedules (or CSE merges) the
   decompression into the forward pass and the full-precision copy stays alive.
-
-The cells adopt the parameters, primitives and child cells of the cell they replace,
-under the same names, so parameter names (and thus checkpoints) are unchanged and every
-pattern that matched the original still matches.
 """
 
 from __future__ import annotations
 
-import mindspore as ms
 from mindspore import nn, ops
 from mindspore.ops import operations as P
 
@@ -65,41 +63,6 @@ class QuantisedMatMul(nn.Cell):
                 ops.zeros_like(scale), ops.zeros_like(norm))
 
 
-class CompressedLinear(nn.Cell):
-    """MindFormers' `Linear` (no experts) with its matmul input kept compressed for the backward."""
-
-    def __init__(self, linear, codec: GroupCodec, method: str):
-        super().__init__(auto_prefix=False)
-        self.method = method
-        self.in_channels, self.out_channels = linear.in_channels, linear.out_channels
-        self.dtype, self.has_bias = linear.dtype, linear.has_bias
-        self.weight = linear.weight
-        if linear.has_bias:
-            self.bias = linear.bias
-            self.bias_add = linear.bias_add
-        self.activation_flag = linear.activation_flag
-        if linear.activation_flag:
-            self.activation = linear.activation
-        self.cast, self.reshape, self.shape = linear.cast, linear.reshape, linear.shape
-        self.matmul = linear.matmul  # kept so that patterns naming it still resolve
-        self.compressed_matmul = QuantisedMatMul(codec, linear.dtype, linear.in_channels)
-
-    def construct(self, x):
-        out_shape = self.shape(x)[:-1] + (self.out_channels,)
-        x = self.reshape(x, (-1, self.in_channels))
-        ori_dtype = ops.dtype(x)
-        weight = self.cast(self.weight, self.dtype)
-        x = self.cast(x, self.dtype)
-        packed, low, scale, norm = self.compressed_matmul.compress(x)
-        x = self.compressed_matmul(x, weight, packed, low, scale, norm)
-        if self.has_bias:
-            x = self.bias_add(x, self.cast(self.bias, self.dtype))
-        if self.activation_flag:
-            x = self.activation(x)
-        x = ops.cast(x, ori_dtype)
-        return self.reshape(x, out_shape)
-
-
 class DerivedInputMatMul(nn.Cell):
     """y = (a * b) @ w.T where the backward rebuilds a * b from a and b, which it keeps anyway.
 
@@ -125,31 +88,3 @@ class DerivedInputMatMul(nn.Cell):
         product = self.cast(self.mul(a_late, b_late), self.dtype)
         grad_product = ops.cast(self.grad_input(dout, weight), ops.dtype(a))
         return grad_product * b, grad_product * a, self.grad_weight(dout, product)
-
-
-class LosslessFeedForward(nn.Cell):
-    """MindFormers' `LlamaFeedForward` (w1, w3, w2, no concat, no fused SwiGLU) whose w2 keeps no input.
-
-    w2 reads `w3(x) * w1(x)`, and the backward of that product keeps both factors; the
-    product is rebuilt from them in w2's backward instead of being kept.
-    """
-
-    def __init__(self, feed_forward):
-        super().__init__(auto_prefix=False)
-        self.dtype = feed_forward.dtype
-        self.cast, self.mul, self.reshape = feed_forward.cast, feed_forward.mul, feed_forward.reshape
-        self.w1, self.w2, self.w3 = feed_forward.w1, feed_forward.w2, feed_forward.w3
-        self.w2_lossless = DerivedInputMatMul(feed_forward.mul, feed_forward.w2.dtype)
-        self.in_channels, self.out_channels = feed_forward.w2.in_channels, feed_forward.w2.out_channels
-
-    def construct(self, x):
-        x = self.cast(x, self.dtype)
-        gate = self.w1(x)
-        hidden = self.w3(x)
-        out_shape = ops.shape(hidden)[:-1] + (self.out_channels,)
-        hidden = self.reshape(hidden, (-1, self.in_channels))
-        gate = self.reshape(gate, (-1, self.in_channels))
-        weight = self.w2.cast(self.w2.weight, self.w2.dtype)
-        output = self.w2_lossless(hidden, gate, weight)
-        output = ops.cast(output, ops.dtype(hidden))
-        return self.reshape(output, out_shape)

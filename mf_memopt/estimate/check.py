@@ -13,10 +13,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import raise_if_errors
-from ..source import load_source
+from ..config.errors import raise_if_errors
+from ..config.source import load_source
+from ..models import family_of
 from .core import Estimate, estimate_config
-from .measure import EXACT_ON_ASCEND, Measurement, MeasureError, measure_peak, reading_center
+from .measure import EXACT_ON_ASCEND, MeasureError, Measurement, measure_peak, reading_center
 from .transfer import Hardware
 
 
@@ -50,13 +51,9 @@ def device_runtime(config: str | Path) -> str:
 
 def check_backend(config: str | Path, runtime: str) -> None:
     """Refuse settings the backend cannot run, before the child compiles anything."""
-    try:
-        from ..backend import backend_issues
-    except ImportError:          # older trees: the child's own error is relayed instead
-        return
     source = load_source(config)
     target = "CPU" if runtime == "cpu" else "Ascend"
-    raise_if_errors(backend_issues(source.get(("model", "model_config")), target, source=source))
+    raise_if_errors(family_of(source).backend_issues(source.get(("model", "model_config")), target, source))
 
 
 def compare(estimate: Estimate, measurement: Measurement) -> list[StageCheck]:

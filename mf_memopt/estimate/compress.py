@@ -2,19 +2,19 @@
 
 A Linear cell's weight gradient reads its input; `op_compress` keeps that input as a
 compressed copy (see mf_memopt/compress). The full-precision tensor is freed only when
-every backward reader reads a compressed copy, so:
+every backward reader reads a compressed copy. The family names its compressible cells
+(`models.compression.Target`): each one frees the inventory tensor of its `frees` role,
+matched by role (never by the tensor's display text, which changes with the dtypes):
 
-* `feed_forward.w2` frees `SiLU(w1) * w3` (its only backward reader); `lossless` stores
-  nothing (the product is rebuilt from the two factors, which the product's own gradient
-  keeps anyway); a quantiser stores `stored_bytes(method, elements)`;
-* `feed_forward.w1` and `feed_forward.w3` (always both) free the normalised input of the
-  MLP, and each keeps its own compressed copy;
+* a cell with a lossless rebuild stores nothing under `lossless` (its input is rebuilt from
+  tensors the backward keeps anyway); a quantiser stores `stored_bytes(method, elements)`;
+* cells that read the same input are compressed together, each keeping its own copy;
 * other cells are not modelled (a note says so).
 
 The backward of a compressed cell holds more than the uncompressed one for a moment: a
 restored block of rows with its conversion temporaries (about 12 bytes per element of a
 block of at most 2^18 elements) and, when the input spans several blocks, two partial
-weight gradients; the lossless w2 rebuilds its whole input. The largest of these in a layer
+weight gradients; a lossless rebuild holds its whole input. The largest of these in a layer
 is added to that layer's backward working set (`backward_extra`): the peak of the CPU
 runtime is reached at the end of the forward pass or in the backward of the last layer,
 which hold almost the same tensors.
@@ -26,74 +26,81 @@ and 6 in the backward (decompression); lossless costs one multiplication per ele
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from ..compress.codec_shape import restore_block_rows
 from ..compress.methods import stored_bytes
-from ..patterns import compile_pattern
-from ..plan import CompressUse, LayerPlan
+from ..config.patterns import compile_pattern
+from ..config.plan import CompressUse, LayerPlan
 from .effects import LayerEffect, TensorFate
 from .inventory import FP32
 
-# compressed cell -> (what its weight gradient reads, the inventory tensor that holds it)
-FREES = {"feed_forward.w2": "SiLU(w1) * w3 (input of w2)", "feed_forward.w1": "normalised input of w1/w3",
-         "feed_forward.w3": "normalised input of w1/w3"}
+if TYPE_CHECKING:
+    from ..models.compression import Compression, Target
+
 QUANTISE_OPS, DEQUANTISE_OPS = 12, 6
 RESTORE_BYTES_PER_ELEMENT = 12   # restored float32 block + int32 levels + float32 temporary
 
 
-def compress_effect(plan: LayerPlan, effect: LayerEffect, element_bytes: int = FP32, model=None) -> LayerEffect:
+def compress_effect(plan: LayerPlan, effect: LayerEffect, compression: Compression, element_bytes: int = FP32,
+                    model=None) -> LayerEffect:
     if not plan.op_compress:
         return effect
-    by_cell = _cells(plan.op_compress)
+    by_cell = _cells(plan.op_compress, compression)
     tensors, notes, work = [], list(effect.notes), 0
     for item in effect.tensors:
-        users = [cell for cell, what in FREES.items() if what == item.saved.what and cell in by_cell]
+        users = [target for target in compression.targets
+                 if item.saved.role is not None and target.frees == item.saved.role and target.cell in by_cell]
         if not users or item.fate != "kept":
             tensors.append(item)
             continue
-        elements = item.saved.nbytes // element_bytes
-        stored = sum(stored_bytes(by_cell[cell].method, elements, by_cell[cell].group_size) for cell in users)
-        work += sum(elements * (QUANTISE_OPS + DEQUANTISE_OPS) if by_cell[cell].method != "lossless" else elements
-                    for cell in users)
-        label = ", ".join(f"{cell} {by_cell[cell].method}" for cell in users)
+        elements = item.saved.nbytes // element_bytes // item.saved.copies
+        stored = sum(stored_bytes(by_cell[target.cell].method, elements, by_cell[target.cell].group_size)
+                     for target in users)
+        work += sum(elements * (QUANTISE_OPS + DEQUANTISE_OPS) if by_cell[target.cell].method != "lossless"
+                    else elements for target in users)
+        label = ", ".join(f"{target.cell} {by_cell[target.cell].method}" for target in users)
         tensors.append(TensorFate(saved=replace(item.saved, what=f"{item.saved.what}, compressed ({label})",
-                                                nbytes=stored), fate="kept", rule=by_cell[users[0]].origin.key))
-    unmodelled = sorted(set(_named_cells(plan.op_compress)) - set(FREES))
+                                                nbytes=stored), fate="kept", rule=by_cell[users[0].cell].origin.key))
+    unmodelled = sorted(set(_named_cells(plan.op_compress, compression)) - {target.cell for target in compression.targets})
     if unmodelled:
         notes.append(f"compression of {', '.join(unmodelled)} is not modelled: counted as saving nothing")
     if work:
         notes.append(f"compression work: about {work / 1e6:.1f} M element operations per layer and step")
-    extra = max((_backward_extra(cell, use, model, element_bytes) for cell, use in by_cell.items()), default=0) \
-        if model is not None else 0
+    extra = max((_backward_extra(compression.target(cell), use, model, element_bytes) for cell, use in by_cell.items()),
+                default=0) if model is not None else 0
     return replace(effect, tensors=tuple(tensors), notes=tuple(notes), backward_extra=extra)
 
 
-def _backward_extra(cell: str, use: CompressUse, model, element_bytes: int) -> int:
+def _backward_extra(target: Target, use: CompressUse, model, element_bytes: int) -> int:
     """Bytes the backward of one compressed cell holds beyond what the uncompressed backward holds."""
-    columns, outputs = (model.ffn, model.hidden) if cell == "feed_forward.w2" else (model.hidden, model.ffn)
+    width = {"hidden": model.hidden, "ffn": model.ffn}
+    columns, outputs = width[target.input_width], width[target.output_width]
     rows = model.batch * model.seq
     if use.method == "lossless":
-        return element_bytes * rows * columns if cell == "feed_forward.w2" else 0
+        return element_bytes * rows * columns if target.lossless else 0
     block = min(rows, restore_block_rows(columns, use.group_size)) * columns
     partials = 2 * FP32 * columns * outputs if block < rows * columns else 0
     return RESTORE_BYTES_PER_ELEMENT * block + partials
 
 
-def _cells(uses: tuple[CompressUse, ...]) -> dict[str, CompressUse]:
-    """The modelled cells each use compresses, with the w1/w3 partner rule; lossless only on w2."""
+def _cells(uses: tuple[CompressUse, ...], compression: Compression) -> dict[str, CompressUse]:
+    """The modelled cells each use compresses, with the shared-input rule; lossless only where it applies."""
     result: dict[str, CompressUse] = {}
     for use in uses:
-        for cell in FREES:
-            if _matches(use.pattern, cell) and (use.method != "lossless" or cell == "feed_forward.w2"):
-                result.setdefault(cell, use)
-    for cell, partner in (("feed_forward.w1", "feed_forward.w3"), ("feed_forward.w3", "feed_forward.w1")):
-        if cell in result and partner not in result:
-            result[partner] = result[cell]
+        for target in compression.targets:
+            if _matches(use.pattern, target.cell) and (use.method != "lossless" or target.lossless):
+                result.setdefault(target.cell, use)
+    for target in compression.targets:
+        for partner in target.shares_input_with:
+            if target.cell in result and partner not in result:
+                result[partner] = result[target.cell]
     return result
 
 
-def _named_cells(uses: tuple[CompressUse, ...]) -> list[str]:
-    return [use.pattern.replace("\\.", ".") for use in uses if not any(_matches(use.pattern, cell) for cell in FREES)]
+def _named_cells(uses: tuple[CompressUse, ...], compression: Compression) -> list[str]:
+    return [use.pattern.replace("\\.", ".") for use in uses
+            if not any(_matches(use.pattern, target.cell) for target in compression.targets)]
 
 
 def _matches(pattern: str, path: str) -> bool:

@@ -5,13 +5,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..config import plan_source
-from ..errors import ConfigIssue, raise_if_errors
-from ..plan import Plan
-from ..source import Source, load_source
+from ..config.errors import ConfigIssue, raise_if_errors
+from ..config.load import plan_source
+from ..config.plan import Plan
+from ..config.source import Source, load_source
 from .compress import compress_effect
 from .effects import LayerEffect, layer_effect
-from .inventory import layer_inventory, layer_ops
 from .memory import StagePeak, ascend_peak, cpu_pool_peak, in_flight, stage_parameters
 from .spec import CPU_DTYPES, ModelSpec, OptimizerSpec, ParallelSpec, read_spec
 from .transfer import Hardware, LayerTransfer, swap_timeline
@@ -82,7 +81,7 @@ class Estimate:
 
     def to_dict(self) -> dict:
         return {"config": self.config, "runtime": self.runtime, "hardware": asdict(self.hardware),
-                "model": asdict(self.model), "parallel": asdict(self.parallel),
+                "model": self.model.to_dict(), "parallel": asdict(self.parallel),
                 "stages": [stage.to_dict() for stage in self.stages],
                 "layers": [layer.to_dict() for layer in self.layers], "notes": list(self.notes)}
 
@@ -96,7 +95,7 @@ def estimate_source(source: Source, *, runtime: str = "ascend", hardware: Hardwa
     """`estimate_config` of an already loaded YAML (e.g. one written in memory by `auto`)."""
     plan = plan_source(source)
     issues: list[ConfigIssue] = []
-    spec = read_spec(source, issues)
+    spec = read_spec(source, plan.family, issues)
     if runtime == "cpu" and spec is not None:
         issues += _cpu_dtype_issues(source, spec[0])
     if runtime == "cpu" and plan.layout.stages > 1:
@@ -117,9 +116,12 @@ def _cpu_dtype_issues(source, model: ModelSpec) -> list[ConfigIssue]:
 
 def _estimate(plan: Plan, model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSpec, *, runtime: str,
               hardware: Hardware) -> Estimate:
-    inventory, ops = layer_inventory(model, parallel, runtime), layer_ops(model, parallel)
+    family = plan.family
+    inventory, ops = family.inventory(model, parallel, runtime), family.layer_ops(model, parallel)
     element_bytes = 4 if runtime == "cpu" else model.compute_bytes
-    effects = [compress_effect(layer, layer_effect(layer, inventory, ops), element_bytes, model) for layer in plan.layers]
+    compression = family.compression if any(layer.op_compress for layer in plan.layers) else None
+    effects = [compress_effect(layer, layer_effect(layer, inventory, ops, family.cell_outputs), compression,
+                               element_bytes, model) for layer in plan.layers]
     forward_flops = sum(op.flops for op in ops)
     layers, stages = [], []
     for stage in range(plan.layout.stages):
@@ -142,7 +144,7 @@ def _stage(model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSpec, p
     params = stage_parameters(model, parallel, len(effects), first, last)
     factor = in_flight(stage, parallel, plan.layout.chunks)
     if runtime == "cpu":
-        peak = cpu_pool_peak(model, effects)
+        peak = cpu_pool_peak(plan.family, model, effects)
     else:
         peak = ascend_peak(model, parallel, optimizer, params=params, effects=effects, transfers=transfers,
                            factor=factor, first=first, last=last)

@@ -8,10 +8,10 @@ an enclosing cell, one with as many names the primitive itself.
   recomputed) is rebuilt in the backward; the layer's forward FLOPs are paid again.
 * Select recompute of a cell: the tensors produced inside it are rebuilt, its FLOPs paid
   again. Select recompute of a single primitive is counted as saving nothing: MindSpore 2.9
-  inserts no recompute copy for the primitives of this Llama (their consumers' inputs stay
-  alive), which `python -m mf_memopt verify` shows on the compiled graph.
+  inserts no recompute copy for such primitives (their consumers' inputs stay alive), which
+  `python -m mf_memopt verify` shows on the compiled graph.
 * An exclusion naming a primitive keeps its tensor even inside a recomputed cell.
-* A layer whose RmsNorm casts its input (layernorm_compute_type differs from compute_dtype)
+* A layer whose norm casts its input (the layernorm dtype differs from the compute dtype)
   keeps the cast copy, not its input; under full recompute it keeps the input instead (the
   recompute starts from it), so that tensor exists only then.
 * Swap moves the tensors a layer_swap or op_swap names to host memory, except recomputed
@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from ..patterns import compile_pattern
-from ..plan import LayerPlan, SwapUse
-from ..rules import Prefetch
+from ..config.patterns import compile_pattern
+from ..config.plan import LayerPlan, SwapUse
+from ..config.rules import Prefetch
 from .inventory import Op, Saved
 
 Fate = Literal["kept", "recomputed", "swapped"]
@@ -69,7 +69,10 @@ def _named(pattern: str, path: str) -> Literal["cell", "primitive"] | None:
     return "primitive" if len(compiled.segments) == len(parts) else "cell"
 
 
-def layer_effect(plan: LayerPlan, inventory: list[Saved], ops: list[Op]) -> LayerEffect:
+def layer_effect(plan: LayerPlan, inventory: list[Saved], ops: list[Op],
+                 cell_outputs: frozenset[str] = frozenset()) -> LayerEffect:
+    """The layer's tensors under its plan; `cell_outputs` are the operators whose output is their recomputed
+    cell's output (kept, not recomputed): they run again only under full recompute of the layer."""
     recomputed_by, notes = _recompute_rules(plan, inventory)
 
     def in_recomputed_cell(path: str) -> bool:
@@ -101,14 +104,9 @@ def layer_effect(plan: LayerPlan, inventory: list[Saved], ops: list[Op]) -> Laye
     recomputed = [op for op in ops if recomputed_by(op.path) is not None]
     flops = sum(op.flops for op in recomputed)
     scoped = tuple(op.path for op in recomputed)
-    rerun = tuple(path for path in scoped if plan.full_recompute is not None or path not in _CELL_OUTPUTS)
+    rerun = tuple(path for path in scoped if plan.full_recompute is not None or path not in cell_outputs)
     return LayerEffect(layer=plan.layer, tensors=tuple(fates), recompute_flops=flops, notes=tuple(notes),
                        recomputed_ops=rerun, recompute_scoped=scoped)
-
-
-# A recomputed cell's output is kept, not recomputed: the matmuls that produce the attention and
-# MLP outputs run again only under full recompute of the layer.
-_CELL_OUTPUTS = frozenset({"attention.wo.matmul", "feed_forward.w2.matmul"})
 
 
 def _recompute_rules(plan: LayerPlan, inventory: list[Saved]):
@@ -129,7 +127,7 @@ def _recompute_rules(plan: LayerPlan, inventory: list[Saved]):
         if plan.full_recompute is not None:
             return plan.full_recompute.key
         # a recomputed cell's output is kept: the next operator's backward reads it (memory-pool trace
-        # of configs/recompute_select_patterns.yaml: `feed_forward.w1` recomputed, its SiLU output kept)
+        # of configs/recompute_select_patterns.yaml: the MLP's gate cell recomputed, its SiLU output kept)
         return next((use.origin.key for use in cells if _named(use.pattern, path) == "cell"
                      and not (output_of and _named(use.pattern, output_of) == "primitive")), None)
 

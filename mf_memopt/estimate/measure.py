@@ -29,7 +29,7 @@ __all__ = ["CPU_PEAK", "MeasureError", "Measurement", "measure_peak", "reading_c
 
 ASCEND_PEAK = re.compile(r"[Aa]ctual peak memory usage[^0-9]*([0-9.]+)\s*M")
 LAUNCHER = Path(__file__).resolve().parents[2] / "run_mindformer_memopt.py"
-_LAUNCH_INLINE = "import sys; from mf_memopt.launch import main; sys.exit(main())"
+_LAUNCH_INLINE = "import sys; from mf_memopt.runtime.launch import main; sys.exit(main())"
 
 
 def launcher_head() -> list[str]:

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 from .effects import LayerEffect
 
-
 # An Ascend 910B-class card; both throughputs are assumptions (see docs/estimator.md).
 DEFAULT_TFLOPS = 150.0
 DEFAULT_HOST_GBPS = 25.0

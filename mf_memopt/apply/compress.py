@@ -1,0 +1,175 @@
+"""From one layer's compression plan and its real cells to the replacements to install.
+
+Nothing is replaced here: `compress_actions` resolves every pattern and checks every
+target first (errors and warnings go to `issues`), so that `apply_plan` replaces
+nothing unless the whole plan is valid. `install` then swaps the cells in.
+
+Rules decided here, on the real cells, with the model family's compression targets
+(`models.compression`):
+
+* quantised methods replace the cells the family can quantise by its compressed cells;
+* `lossless` applies where the family can rebuild the input exactly; elsewhere no lossless
+  transform saves memory, and the operator is left uncompressed with a warning naming the
+  key and line;
+* partial users: cells that read the same input free it only if all keep a compressed copy;
+  naming one compresses all, with a warning.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config.errors import ConfigIssue
+from ..config.plan import CompressUse
+from ..models.compression import Compression
+from . import cells
+from .match import find_matches
+
+
+@dataclass(slots=True)
+class CompressAction:
+    layer: int
+    path: str                      # relative to the layer
+    use: CompressUse
+    obj: Any = field(repr=False)   # the Linear cell
+    parent: Any = field(repr=False)
+    name: str = ""
+    partner_of: str | None = None  # set when added by the partial-user rule
+    replacement: Any = field(default=None, repr=False)
+    grandparent: tuple[Any, str] | None = field(default=None, repr=False)   # (cell holding parent, its name)
+
+    def to_dict(self) -> dict:
+        result = {"layer": self.layer, "path": self.path, "method": self.use.method, "rule": self.use.origin.key,
+                  "line": self.use.origin.line, "replaced_by": cells.type_name(self.replacement)
+                  if self.replacement is not None else None}
+        if self.use.method != "lossless":
+            result["group_size"] = self.use.group_size
+        if self.use.offload is not None:
+            result["offload"] = self.use.offload
+        if self.partner_of:
+            result["added_because_it_shares_its_input_with"] = self.partner_of
+        return result
+
+
+def compress_actions(uses: tuple[CompressUse, ...], index: int, layer: Any, compression: Compression, file: str,
+                     issues: list[ConfigIssue]) -> list[CompressAction]:
+    actions: dict[int, CompressAction] = {}
+    for use in uses:
+        for path, parent, name, cell, grandparent in _targets(layer, index, use, compression, file, issues):
+            earlier = actions.get(id(cell))
+            if earlier is not None and earlier.use.method != use.method:
+                issues.append(_issue(file, use, f"in layer {index}, {path} is compressed by op_name "
+                                     f"`{earlier.use.pattern}` ({earlier.use.method}) and by `{use.pattern}` "
+                                     f"({use.method})", "give each cell one method"))
+            if _supported(compression, cell, parent, use, path, index, file, issues):
+                actions.setdefault(id(cell), CompressAction(layer=index, path=path, use=use, obj=cell, parent=parent,
+                                                            name=name, grandparent=grandparent))
+    _add_partners(compression, actions, index, file, issues)
+    return sorted(actions.values(), key=lambda action: action.path)
+
+
+def _targets(layer, index, use, compression: Compression, file, issues):
+    matches, miss = find_matches(layer, use.pattern)
+    if miss is not None:
+        issues.append(_issue(file, use, f"pattern `{use.pattern}` matches nothing in layer {index}: "
+                             f"{miss.describe()}", miss.hint()))
+    for match in matches:
+        if match.target != "cell":
+            issues.append(_issue(file, use, f"pattern `{use.pattern}` names the operator {match.path} in layer "
+                                 f"{index}; op_compress names Linear cells, whose saved input it compresses",
+                                 f"name the cell, e.g. '{compression.example}'"))
+            continue
+        parent_path, _, name = match.path.rpartition(".")
+        owner_path, _, parent_name = parent_path.rpartition(".")
+        grandparent = (_cell_at(layer, owner_path), parent_name) if parent_path else None
+        yield match.path, _cell_at(layer, parent_path), name, match.obj, grandparent
+
+
+def _cell_at(layer: Any, path: str) -> Any:
+    cell = layer
+    for name in filter(None, path.split(".")):
+        cell = dict(cells.children(cell))[name]
+    return cell
+
+
+def _supported(compression: Compression, cell, parent, use, path, index, file, issues) -> bool:
+    if use.method == "lossless":
+        if compression.lossless_ok(path, cell, parent):
+            return True
+        issues.append(_issue(file, use, f"in layer {index}, " + compression.lossless_note.format(path=path),
+                             "use int8 (or int4, int2) for it, or remove it", severity="warning"))
+        return False
+    if compression.quantisable(cell):
+        return True
+    issues.append(_issue(file, use, f"in layer {index}, {path} is a {cells.type_name(cell)}; op_compress "
+                         "compresses the input that a Linear cell (without experts) keeps for its weight gradient",
+                         compression.cells_hint))
+    return False
+
+
+def _add_partners(compression: Compression, actions: dict[int, CompressAction], index: int, file: str,
+                  issues: list[ConfigIssue]) -> None:
+    for action in list(actions.values()):
+        if action.use.method == "lossless":
+            continue
+        siblings = dict(cells.children(action.parent))
+        for partner in compression.partners(action.path, action.parent):
+            cell = siblings.get(partner)
+            if cell is None or id(cell) in actions or not compression.quantisable(cell):
+                continue
+            parent_path = action.path.rpartition(".")[0]
+            path = f"{parent_path}.{partner}" if parent_path else partner
+            issues.append(_issue(file, action.use, f"in layer {index}, {action.path} shares its input with {path}; "
+                                 "the input is freed only if every backward reader keeps a compressed copy, so "
+                                 f"{path} is compressed too ({action.use.method})",
+                                 f"name both, e.g. '{compression.pair_pattern(action.name, partner)}', to silence "
+                                 "this", severity="warning"))
+            actions[id(cell)] = CompressAction(layer=index, path=path, use=action.use, obj=cell, parent=action.parent,
+                                               name=partner, partner_of=action.path)
+
+
+def _issue(file: str, use: CompressUse, message: str, hint: str | None, severity: str = "error") -> ConfigIssue:
+    return ConfigIssue(file=file, line=use.origin.line, path=use.origin.key, message=message, hint=hint,
+                       severity=severity)
+
+
+def install(actions: list[CompressAction], compression: Compression) -> None:
+    """Replace the cells (quantised ones first: a lossless parent adopts its children as they are then)."""
+    from ..compress.codec import GroupCodec
+
+    for action in actions:
+        if action.use.method == "lossless":
+            continue
+        bits = int(action.use.method[3:])
+        codec = GroupCodec(bits, action.use.group_size, seed=_seed(action))
+        action.replacement = compression.quantised_cell(action.obj, codec, action.use.method)
+        action.parent.insert_child_to_cell(action.name, action.replacement)
+    for action in actions:
+        if action.use.method == "lossless":
+            owner, name = action.grandparent
+            action.replacement = compression.lossless_cell(action.parent)
+            owner.insert_child_to_cell(name, action.replacement)
+    for action in actions:
+        if action.use.offload is not None:
+            for _, prim, _ in cells.walk_primitives(action.replacement):
+                cells.offload_primitive(prim, action.use.offload)
+
+
+def _seed(action: CompressAction) -> int:
+    # A fixed stream per layer and cell: runs are reproducible, and no two cells share noise.
+    return zlib.crc32(f"{action.layer}:{action.path}".encode()) % (2 ** 30)
+
+
+def compress_line(layer: int, actions: list[CompressAction]) -> str | None:
+    """`Set op_compress at layer 1: <cell>, method=int2`, every cell of the layer on one line."""
+    if not actions:
+        return None
+    items = []
+    for action in actions:
+        item = f"{action.path}, method={action.use.method}"
+        if action.use.offload is not None:
+            item += f", offload={action.use.offload}"
+        items.append(item)
+    return f"Set op_compress at layer {layer}: {', '.join(items)}"

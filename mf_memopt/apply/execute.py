@@ -1,0 +1,144 @@
+"""`apply_plan`: set the plan's recompute and offload attributes on a model's decoder layers.
+
+Every pattern is resolved against the real cells first; if anything is wrong, one
+`ConfigError` lists it all and no attribute has been set. Then the attributes are set,
+one log line per layer and kind in the seed documents' form, and an `ApplyReport` lists
+every cell and primitive that was touched.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..config.errors import ConfigError, ConfigIssue, key_path
+from ..config.plan import Plan
+from ..config.render import formative_lines
+from . import cells
+from .actions import Action, LayerActions, Skip, layer_actions
+from .compress import CompressAction, compress_actions, compress_line, install
+from .logs import LOGGER, layer_lines
+
+_IN_LAYER = re.compile(r"in layer (\d+)")
+CPU_OFFLOAD_NOTE = ("Offload attributes are recorded in the compiled graph, but only the Ascend backend moves "
+                    "activations to host memory: on {device} nothing is swapped")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApplyReport:
+    device_target: str | None
+    actions: tuple[Action, ...]
+    skipped: tuple[Skip, ...]
+    log_lines: tuple[str, ...]
+    compressed: tuple[CompressAction, ...] = ()
+
+    def to_dict(self) -> dict:
+        result = {"device_target": self.device_target, "set": [action.to_dict() for action in self.actions],
+                  "not_offloaded": [skip.to_dict() for skip in self.skipped], "log": list(self.log_lines)}
+        if self.compressed:
+            result["compressed"] = [action.to_dict() for action in self.compressed]
+        return result
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+
+def apply_plan(plan: Plan, model_or_layers: Any, *, device_target: str | None = None) -> ApplyReport:
+    """Apply `plan` to a MindFormers causal LM, or to its decoder layers given in order."""
+    layers = find_layers(model_or_layers, plan)
+    issues: list[ConfigIssue] = []
+    family = plan.family
+    per_layer = [layer_actions(layer_plan, layer, plan.rules.options, family, plan.file, issues)
+                 for layer_plan, layer in zip(plan.layers, layers)]
+    compression = family.compression if any(layer_plan.op_compress for layer_plan in plan.layers) else None
+    compressed = [compress_actions(layer_plan.op_compress, layer_plan.layer, layer, compression, plan.file, issues)
+                  if layer_plan.op_compress else [] for layer_plan, layer in zip(plan.layers, layers)]
+    if any(issue.severity == "error" for issue in issues):
+        raise ConfigError(_merge_layers([issue for issue in issues if issue.severity == "error"]))
+    device = device_target or _current_device()
+    lines = _log(formative_lines(plan))
+    lines += _log([warning.render() for warning in plan.warnings], logging.WARNING)
+    lines += _log([issue.render() for issue in _merge_layers(issues)], logging.WARNING)
+    lines += _log([f"Resolved: {conflict.message()}" for conflict in plan.conflicts])
+    install([action for actions in compressed for action in actions], compression)
+    for actions, compress in zip(per_layer, compressed):
+        _execute(actions)
+        lines += _log(layer_lines(actions) + [line for line in [compress_line(actions.layer, compress)] if line])
+    offloaded = any(actions.offload for actions in per_layer) or \
+        any(action.use.offload is not None for actions in compressed for action in actions)
+    if device != "Ascend" and offloaded:
+        lines += _log([CPU_OFFLOAD_NOTE.format(device=device or "this backend")], logging.WARNING)
+    return ApplyReport(device_target=device,
+                       actions=tuple(action for actions in per_layer for action in [*actions.recompute,
+                                                                                   *actions.offload]),
+                       skipped=tuple(skip for actions in per_layer for skip in actions.skipped),
+                       log_lines=tuple(lines), compressed=tuple(action for actions in compressed for action in actions))
+
+
+def find_layers(model_or_layers: Any, plan: Plan) -> list[Any]:
+    """The decoder layers, in order: the sequence given, or those the model's family finds in the model."""
+    if isinstance(model_or_layers, Sequence):
+        layers = list(model_or_layers)
+    else:
+        layers = plan.family.decoder_layers(model_or_layers)
+        if layers is None:
+            raise ConfigError([ConfigIssue(
+                file=plan.file, line=None, path="model",
+                message=f"found no decoder layers in {cells.type_name(model_or_layers)}",
+                hint="pass the decoder layers to apply_plan as a list")])
+    if len(layers) != plan.num_layers:
+        raise ConfigError([ConfigIssue(
+            file=plan.file, line=None, path=key_path(plan.family.keys.num_layers),
+            message=f"the model has {len(layers)} decoder layers but the plan has {plan.num_layers}",
+            hint="plan and build the model from the same YAML")])
+    return layers
+
+
+def _execute(actions: LayerActions) -> None:
+    for action in actions.recompute:
+        if action.setting == "recompute_cell":
+            cells.recompute_cell(action.obj, **action.value)
+        elif action.setting == "recompute":
+            cells.recompute_primitive(action.obj, action.value)
+        else:
+            cells.set_comm_recompute(action.obj, action.value)
+    for action in actions.offload:
+        cells.offload_primitive(action.obj, action.value)
+
+
+def _merge_layers(issues: list[ConfigIssue]) -> list[ConfigIssue]:
+    """One issue per problem, naming every layer it occurs in, instead of one per layer."""
+    layers: dict[tuple, list[str]] = {}
+    first: dict[tuple, ConfigIssue] = {}
+    for issue in issues:
+        match = _IN_LAYER.search(issue.message)
+        key = (issue.file, issue.line, issue.path, _IN_LAYER.sub("in layer {}", issue.message), issue.hint)
+        layers.setdefault(key, []).append(match.group(1) if match else "")
+        first.setdefault(key, issue)
+    merged = []
+    for key, numbers in layers.items():
+        issue = first[key]
+        if len(numbers) > 1:
+            message = key[3].replace("in layer {}", f"in layers {', '.join(numbers)}")
+            issue = ConfigIssue(file=issue.file, line=issue.line, path=issue.path, message=message, hint=issue.hint,
+                                severity=issue.severity)
+        merged.append(issue)
+    return merged
+
+
+def _log(lines: list[str], level: int = logging.INFO) -> list[str]:
+    for line in lines:
+        LOGGER.log(level, line)
+    return lines
+
+
+def _current_device() -> str | None:
+    try:
+        import mindspore
+    except ImportError:
+        return None
+    return mindspore.get_context("device_target")

@@ -1,0 +1,188 @@
+"""Pipeline layout: which layers each pipeline stage and interleave chunk holds.
+
+MindFormers places layers in chunk-major order: chunk 0 of stage 0, 1, ..., pp-1, then
+chunk 1 of every stage, and so on. Each (chunk, stage) holds
+`num_layers // (pp * interleave) + offset[chunk][stage]` layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import accumulate
+from typing import Any
+
+from ..models.family import ModelKeys
+from .errors import ConfigIssue, key_path
+from .source import KeyPath, Source
+
+PIPELINE_STAGE: KeyPath = ("parallel_config", "pipeline_stage")
+PIPELINE_CONFIG: KeyPath = ("parallel", "pipeline_config")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """Layer counts per (chunk, stage); `chunk_sizes[chunk][stage]`."""
+
+    num_layers: int
+    stages: int
+    chunks: int
+    chunk_sizes: tuple[tuple[int, ...], ...]
+    stages_why: str = ""      # which keys set `stages` and `chunks`, for messages that depend on them
+    chunks_why: str = ""
+
+    @classmethod
+    def even(cls, num_layers: int, stages: int = 1, chunks: int = 1) -> Layout:
+        """Layers spread as evenly as possible, extra layers to the first chunks (no offsets)."""
+        base, extra = divmod(num_layers, stages * chunks)
+        flat = [base + (1 if index < extra else 0) for index in range(stages * chunks)]
+        sizes = tuple(tuple(flat[v * stages:(v + 1) * stages]) for v in range(chunks))
+        return cls(num_layers=num_layers, stages=stages, chunks=chunks, chunk_sizes=sizes)
+
+    @cached_property
+    def _starts(self) -> tuple[tuple[int, ...], ...]:
+        flat = [size for row in self.chunk_sizes for size in row]
+        starts = [0, *accumulate(flat)][:-1]
+        return tuple(tuple(starts[v * self.stages:(v + 1) * self.stages]) for v in range(self.chunks))
+
+    @cached_property
+    def _positions(self) -> tuple[tuple[int, int], ...]:
+        positions = []
+        for chunk in range(self.chunks):
+            for stage in range(self.stages):
+                positions.extend([(stage, chunk)] * self.chunk_sizes[chunk][stage])
+        return tuple(positions)
+
+    def chunk_layers(self, chunk: int, stage: int) -> range:
+        start = self._starts[chunk][stage]
+        return range(start, start + self.chunk_sizes[chunk][stage])
+
+    def position(self, layer: int) -> tuple[int, int]:
+        """(stage, chunk) of a global layer index."""
+        return self._positions[layer]
+
+    def stage_size(self, stage: int) -> int:
+        return sum(row[stage] for row in self.chunk_sizes)
+
+    def chunk_counts(self, layers: frozenset[int]) -> list[list[int]]:
+        """How many of `layers` each (chunk, stage) holds: MindFormers' 'Formative' form."""
+        return [[sum(1 for layer in self.chunk_layers(v, p) if layer in layers) for p in range(self.stages)]
+                for v in range(self.chunks)]
+
+
+def layout_from(source: Source, keys: ModelKeys, issues: list[ConfigIssue]) -> Layout | None:
+    """Read the layout keys (the model's as its family spells them); append problems to `issues`; None when it
+    cannot be built."""
+    num_layers = source.get(keys.num_layers)
+    if num_layers is None:
+        issues.append(source.issue(keys.num_layers, "missing: the plan needs the number of decoder layers",
+                                   f"set {key_path(keys.num_layers)}"))
+        return None
+    stages = source.get(PIPELINE_STAGE, 1)
+    chunks = _interleave(source, keys, issues)
+    offset = source.get(keys.offset, 0)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (num_layers, stages, chunks)):
+        return None  # the schema has already reported it
+    _reject_unsupported_scheduler(source, issues)
+    why = {"stages_why": _stages_why(source), "chunks_why": _chunks_why(source, keys, chunks)}
+    sizes = _chunk_sizes(source, keys, num_layers, stages, chunks, offset, issues, why)
+    if sizes is None:
+        # The offsets were reported; an even layout still lets the other keys be checked.
+        even = Layout.even(num_layers, stages, chunks)
+        return Layout(num_layers=num_layers, stages=stages, chunks=chunks, chunk_sizes=even.chunk_sizes, **why)
+    return Layout(num_layers=num_layers, stages=stages, chunks=chunks, chunk_sizes=sizes, **why)
+
+
+def _stages_why(source: Source) -> str:
+    stages = source.get(PIPELINE_STAGE)
+    return "parallel_config.pipeline_stage is not set" if stages is None else \
+        f"parallel_config.pipeline_stage is {stages}"
+
+
+def _chunks_why(source: Source, keys: ModelKeys, chunks: int) -> str:
+    """Which keys decided the number of interleave chunks, naming the one that switched it off."""
+    asked, name = source.get(keys.interleave), key_path(keys.interleave)
+    if asked is None:
+        return f"{name} is not set"
+    if isinstance(asked, int) and asked > chunks:
+        return (f"{name} is {asked}, but parallel.pipeline_config.pipeline_interleave "
+                "is not true, so each stage has 1 chunk")
+    return f"{name} is {asked}"
+
+
+def _interleave(source: Source, keys: ModelKeys, issues: list[ConfigIssue]) -> Any:
+    chunks = source.get(keys.interleave, 1)
+    enabled = source.get((*PIPELINE_CONFIG, "pipeline_interleave"), False)
+    if isinstance(chunks, int) and chunks > 1 and enabled is not True:
+        issues.append(source.issue(
+            keys.interleave, f"{keys.interleave[-1]} is {chunks} but interleaved pipelining is off, so MindFormers "
+            "uses 1 chunk per stage and so does this plan",
+            "set parallel.pipeline_config.pipeline_interleave: true to use interleave chunks",
+            severity="warning"))
+        return 1
+    return chunks
+
+
+def _reject_unsupported_scheduler(source: Source, issues: list[ConfigIssue]) -> None:
+    path = (*PIPELINE_CONFIG, "pipeline_scheduler")
+    if source.get(path) == "zero_bubble_v":
+        issues.append(source.issue(path, "the zero_bubble_v layer order is not supported by the planner",
+                                   "use the 1f1b scheduler, or plan without pipeline interleave"))
+
+
+def _chunk_sizes(source: Source, keys: ModelKeys, num_layers: int, stages: int, chunks: int, offset: Any,
+                 issues: list[ConfigIssue], why: dict[str, str]) -> tuple[tuple[int, ...], ...] | None:
+    total = stages * chunks
+    if total == 1:
+        if offset not in (0, [0], [[0]], [], None):
+            issues.append(source.issue(keys.offset, "offset is ignored with a single pipeline stage",
+                                       "remove it or set parallel_config.pipeline_stage", severity="warning"))
+        return ((num_layers,),)
+    grid = _offset_grid(source, keys, offset, stages, chunks, issues, why)
+    if grid is None:
+        return None
+    base, remainder = divmod(num_layers, total)
+    added = sum(sum(row) for row in grid)
+    if added != remainder:
+        issues.append(source.issue(
+            keys.offset, f"the offsets add {added} layers over all stages and chunks, but {keys.num_layers[-1]} "
+            f"({num_layers}) % (pipeline_stage ({stages}) * {keys.interleave[-1]} ({chunks})) = {remainder}",
+            f"make the offsets add up to {remainder}; an integer or a per-stage list is repeated for every chunk"))
+        return None
+    sizes = tuple(tuple(base + extra for extra in row) for row in grid)
+    return sizes if _sizes_valid(source, keys.offset, sizes, issues) else None
+
+
+def _offset_grid(source: Source, keys: ModelKeys, offset: Any, stages: int, chunks: int,
+                 issues: list[ConfigIssue], why: dict[str, str]) -> list[list[int]] | None:
+    if isinstance(offset, int) and not isinstance(offset, bool):
+        return [[offset] * stages for _ in range(chunks)]
+    if not isinstance(offset, list):
+        return None  # reported by the schema
+    if offset and all(isinstance(row, list) for row in offset):
+        if len(offset) != chunks or any(len(row) != stages for row in offset):
+            issues.append(source.issue(
+                keys.offset, f"a 2-D offset needs {chunks} rows ({keys.interleave[-1]}) of {stages} values "
+                f"(pipeline_stage), got {[len(row) for row in offset]}", f"{why['chunks_why']}; {why['stages_why']}"))
+            return None
+        return [list(row) for row in offset]
+    if len(offset) != stages:
+        issues.append(source.issue(
+            keys.offset, f"offset has {len(offset)} values, expected one per pipeline stage ({stages})",
+            why["stages_why"]))
+        return None
+    return [list(offset) for _ in range(chunks)]
+
+
+def _sizes_valid(source: Source, at: KeyPath, sizes: tuple[tuple[int, ...], ...], issues: list[ConfigIssue]) -> bool:
+    flat = [(v, p, size) for v, row in enumerate(sizes) for p, size in enumerate(row)]
+    bad = []
+    for index, (v, p, size) in enumerate(flat):
+        minimum = 0 if index in (0, len(flat) - 1) else 1
+        if size < minimum:
+            bad.append(f"chunk {v} of stage {p} gets {size}")
+    if bad:
+        issues.append(source.issue(
+            at, f"these pipeline stages get too few layers: {', '.join(bad)}",
+            "every stage but the first and last needs at least one layer; lower the negative offsets"))
+    return not bad

@@ -1,0 +1,73 @@
+"""`load_plan`: from a training YAML to a validated, normalised, resolved `Plan`.
+
+load (YAML + lines) -> family -> validate (schemas) -> layout -> normalise (rules) -> checks -> resolve.
+Every stage adds to one list of issues; errors are raised together at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..models import family_of
+from .checks import context_issues
+from .errors import ConfigError, ConfigIssue, key_path, raise_if_errors, unique
+from .interactions import resolve
+from .layout import PIPELINE_STAGE, layout_from
+from .normalise import normalise
+from .plan import Plan
+from .schema import schema_issues
+from .source import KeyPath, Source, load_source
+
+
+def load_plan(config: str | Path | Mapping[str, Any], *, strict: bool = False) -> Plan:
+    """Validate the YAML (a path, or an already-parsed mapping) and build its per-layer plan.
+
+    Raises `ConfigError` listing every problem. With `strict`, conflicts between rules are
+    errors too instead of being resolved by the documented rules.
+    """
+    return plan_source(load_source(config), strict=strict)
+
+
+def plan_source(source: Source, *, strict: bool = False) -> Plan:
+    family = family_of(source)
+    issues = [*source.warnings, *schema_issues(source, family)]
+    blocked = _blocker(issues)
+    keys = family.keys
+    layout_keys = (keys.num_layers, keys.interleave, keys.offset, PIPELINE_STAGE)
+    layout = None if any(blocked(path) for path in layout_keys) else layout_from(source, keys, issues)
+    issues += context_issues(source, family)
+    issues += family.model_issues(source)
+    rules = normalise(source, layout, family, issues, blocked) if layout is not None else None
+    issues = unique(issues)
+    raise_if_errors(issues)
+    assert layout is not None and rules is not None  # every path that yields None reports an error
+    warnings = [issue for issue in issues if issue.severity == "warning"]
+    plan = resolve(rules, layout, family=family, file=source.file, warnings=warnings)
+    if strict and plan.conflicts:
+        raise ConfigError([_conflict_issue(source, conflict) for conflict in plan.conflicts])
+    return plan
+
+
+def _conflict_issue(source: Source, conflict) -> ConfigIssue:
+    dropped = conflict.dropped.origin
+    return ConfigIssue(file=dropped.file or source.file, line=dropped.line, path=dropped.key,
+                       message=f"conflict (--strict): {conflict.message()}",
+                       hint="remove the overlap so that each layer and operator is set by one rule")
+
+
+def _blocker(issues: list[ConfigIssue]) -> Callable[[KeyPath], bool]:
+    """Whether a key, its parent or its children already failed: such keys are not read further."""
+    bad = [issue.path for issue in issues if issue.severity == "error"]
+
+    def blocked(path: KeyPath) -> bool:
+        text = key_path(path)
+        return any(_related(text, other) for other in bad)
+
+    return blocked
+
+
+def _related(a: str, b: str) -> bool:
+    short, long = sorted((a, b), key=len)
+    return long == short or (long.startswith(short) and long[len(short)] in ".[") or short == ""

@@ -1,0 +1,59 @@
+"""What a family can compress: its compressible cells, what each one's weight gradient reads, and how.
+
+`op_compress` replaces a Linear-like cell by one whose backward reads only a compressed copy of
+its input. A family names those cells by their path in a decoder layer (`Target`); the
+estimator matches each target's freed tensor by its role in the layer's inventory, and
+`apply` asks the family for the replacement cells.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Target:
+    """A compressible cell of a decoder layer."""
+
+    cell: str                       # path relative to the layer
+    frees: str                      # role of the saved tensor its weight gradient reads (`estimate.inventory`)
+    input_width: str                # "hidden" or "ffn": the width of its input
+    output_width: str               # "hidden" or "ffn"
+    lossless: bool = False          # its input can be rebuilt exactly from tensors the backward keeps anyway
+    shares_input_with: tuple[str, ...] = ()   # cells reading the same tensor: it is freed only if all compress it
+
+
+class Compression:
+    """A family's compression targets and replacement cells; subclassed by each family."""
+
+    targets: tuple[Target, ...] = ()
+    example: str = ""               # a pattern naming a compressible cell, for hints
+    cells_hint: str = ""            # which cells op_compress names in this family
+    lossless_note: str = ""         # why lossless does not apply to {path}
+    scopes: dict[str, str] = {}     # replacement class name -> its custom-bprop cell's path ({path}, {parent})
+
+    def target(self, path: str) -> Target | None:
+        return next((target for target in self.targets if target.cell == path), None)
+
+    def quantisable(self, cell: Any) -> bool:
+        """Whether a quantised replacement exists for this cell."""
+        raise NotImplementedError
+
+    def lossless_ok(self, path: str, cell: Any, parent: Any) -> bool:
+        """Whether the lossless rebuild applies to this cell, the child of `parent`."""
+        raise NotImplementedError
+
+    def partners(self, path: str, parent: Any) -> tuple[str, ...]:
+        """Sibling cell names that read the same input as the cell at `path`, when `parent` is the family's MLP."""
+        raise NotImplementedError
+
+    def pair_pattern(self, name: str, partner: str) -> str:
+        """A pattern naming both cells, for the hint that silences the partner warning."""
+        raise NotImplementedError
+
+    def quantised_cell(self, cell: Any, codec: Any, method: str) -> Any:
+        raise NotImplementedError
+
+    def lossless_cell(self, parent: Any) -> Any:
+        raise NotImplementedError

@@ -1,0 +1,121 @@
+"""What a model family decides, asked through one object per family.
+
+Every stage asks the family of the YAML, never the YAML's model section itself, for what
+depends on the model: the config keys and their rules, the cell names the default patterns
+use, what one decoder layer holds, what it keeps for its backward pass, what can be
+compressed, what the CPU backend lacks, and how the compiled graph names a layer. A family
+module (`models/llama`, ...) subclasses `ModelFamily`; `models.family_of` picks one from the
+YAML once, and the plan carries it to the later stages.
+
+Nothing here imports MindSpore: the config stage reads families too. What needs MindSpore
+(stand-in cells, replacement cells) is imported inside the methods that build it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..config.errors import ConfigIssue
+    from ..config.source import KeyPath, Source
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelKeys:
+    """Key paths of the model section that the stages read (each family spells them its own way)."""
+
+    num_layers: KeyPath
+    interleave: KeyPath
+    offset: KeyPath
+    seq_length: KeyPath
+    vocab_size: KeyPath
+    hidden_size: KeyPath
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Defaults:
+    """What the sections mean when they name no pattern: MindFormers' own defaults for the family."""
+
+    select: tuple[str, ...]        # select_recompute: true / counts
+    comm: tuple[str, ...]          # select_comm_recompute: true / counts
+    swap: str                      # swap_config.swap: true with neither layer_swap nor op_swap
+    compress_dense: str            # compress_config.compress_dense: the cell whose input is rebuilt losslessly
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AutoCells:
+    """The cells `auto` chooses among in a layer, and the path prefix of the attention's tensors."""
+
+    select: tuple[str, ...]        # recomputed on their own or together
+    swap: tuple[str, ...]          # swapped on their own, or next to recomputing the other
+    attention_prefix: str          # tensors under it are rebuilt when the attention is recomputed
+
+
+class ModelFamily:
+    """The base of every family: the questions the stages ask, with no answers of its own."""
+
+    name: str = ""
+    schema: str = ""                         # the JSON Schema of its model keys: mf_memopt/schemas/<schema>.schema.json
+    keys: ModelKeys
+    defaults: Defaults
+    auto_cells: AutoCells
+    ir_layer_scope: re.Pattern[str]          # group 1: layer index, group 2: the scope below the layer
+
+    # --- config stage -------------------------------------------------------------------------
+    def model_issues(self, source: Source) -> list[ConfigIssue]:
+        """Cross-key rules MindFormers checks only when it builds the model (divisibility ...)."""
+        raise NotImplementedError
+
+    def swap_scope_issues(self, source: Source) -> list[ConfigIssue]:
+        """Warnings when swap is asked for a model outside the documented scope."""
+        raise NotImplementedError
+
+    def pattern_hint(self, pattern: str) -> str | None:
+        """A hint for a default pattern that matches nothing in this model (why, and what to name)."""
+        raise NotImplementedError
+
+    # --- apply stage ---------------------------------------------------------------------------
+    def decoder_layers(self, network: Any) -> list[Any] | None:
+        """The decoder layers of a built network, in order; None when it has none."""
+        raise NotImplementedError
+
+    @property
+    def compression(self) -> Any:
+        """The family's compression targets (`models.compression.Compression`)."""
+        raise NotImplementedError
+
+    # --- runtime ---------------------------------------------------------------------------------
+    def backend_issues(self, model_config: Any, device_target: str, source: Source | None) -> list[ConfigIssue]:
+        """Model settings `device_target` cannot run, found before anything is built."""
+        raise NotImplementedError
+
+    def prepare_build(self, config: Any, device_target: str, log: Callable[[str], None]) -> None:
+        """Turn MindFormers' own recompute/swap handling off in `config` (a MindFormerConfig), in every place
+        it reads them for this family, and settle what the backend needs before the model is built."""
+        raise NotImplementedError
+
+    def after_build(self, network: Any, config: Any, device_target: str, log: Callable[[str], None]) -> list[str]:
+        """Install stand-ins for what the backend lacks; the paths of the cells that were replaced."""
+        raise NotImplementedError
+
+    # --- estimate --------------------------------------------------------------------------------
+    def model_spec(self, source: Source, issues: list[ConfigIssue]) -> Any:
+        """The model as the estimator needs it (`estimate.spec.ModelSpec`), or None after reporting why."""
+        raise NotImplementedError
+
+    def inventory(self, model: Any, parallel: Any, runtime: str) -> list[Any]:
+        """The tensors one decoder layer keeps for its backward (`estimate.inventory.Saved`)."""
+        raise NotImplementedError
+
+    def layer_ops(self, model: Any, parallel: Any) -> list[Any]:
+        """The matmul-class operators of one layer and their forward FLOPs (`estimate.inventory.Op`)."""
+        raise NotImplementedError
+
+    cell_outputs: frozenset[str] = frozenset()   # operators whose output is their recomputed cell's output
+
+    def cpu_checkpoints(self, model: Any, effects: list[Any]) -> list[Any]:
+        """The moments of a CPU training step whose largest is the memory-pool peak (`estimate.memory`)."""
+        raise NotImplementedError

@@ -1,0 +1,113 @@
+"""MindFormers' legacy Llama (`LlamaConfig` / `LlamaForCausalLM`), and the legacy models that share its keys.
+
+Its layer is `model.layers.N` (`LLamaDecodeLayer`): `attention_norm`, `attention` (wq, wk, wv, wo,
+and `flash_attention` with use_flash_attention), `ffn_norm`, `feed_forward` (w1, w3, w2, `mul`,
+and the SiLU at `w1.activation.silu`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from ...config.errors import ConfigIssue
+from ...config.source import Source
+from ..family import AutoCells, Defaults, ModelFamily, ModelKeys
+from . import checks
+
+_MODEL = ("model", "model_config")
+_DEFAULT_SWAP = r".*\.flash_attention"
+_DEFAULT_COMM = r".*\.norm"
+# Hints for the patterns mf_memopt applies by default, when the model does not have their target.
+_PATTERN_HINTS = {
+    _DEFAULT_SWAP: "the default swap strategy swaps attention.flash_attention, which exists only with "
+                   "model.model_config.use_flash_attention: True; or list what to swap in op_swap",
+    _DEFAULT_COMM: "the default comm pattern names RmsNorm's fused `norm` operator, which exists only with "
+                   "model.model_config.fused_rms_norm: True (not on CPU); name the operators instead, "
+                   "e.g. 'attention_norm\\.mul2'",
+}
+
+
+class LlamaFamily(ModelFamily):
+    name = "llama"
+    schema = "model_llama"
+    keys = ModelKeys(num_layers=(*_MODEL, "num_layers"), interleave=(*_MODEL, "pp_interleave_num"),
+                     offset=(*_MODEL, "offset"), seq_length=(*_MODEL, "seq_length"),
+                     vocab_size=(*_MODEL, "vocab_size"), hidden_size=(*_MODEL, "hidden_size"))
+    defaults = Defaults(select=(r"feed_forward\.mul", r"feed_forward\.w1\.activation\.silu"), comm=(_DEFAULT_COMM,),
+                        swap=_DEFAULT_SWAP, compress_dense=r"feed_forward\.w2")
+    auto_cells = AutoCells(select=("feed_forward", "attention"), swap=("attention", "feed_forward"),
+                           attention_prefix="attention.")
+    ir_layer_scope = re.compile(r"layers-CellList/(\d+)-[^/]+/?(.*)$")
+    # A recomputed cell's output is kept, not recomputed: the matmuls that produce the attention and
+    # MLP outputs run again only under full recompute of the layer.
+    cell_outputs = frozenset({"attention.wo.matmul", "feed_forward.w2.matmul"})
+
+    def model_issues(self, source: Source) -> list[ConfigIssue]:
+        return checks.model_issues(source)
+
+    def swap_scope_issues(self, source: Source) -> list[ConfigIssue]:
+        return checks.swap_scope_issues(source)
+
+    def pattern_hint(self, pattern: str) -> str | None:
+        return _PATTERN_HINTS.get(pattern)
+
+    def decoder_layers(self, network: Any) -> list[Any] | None:
+        """The first child cell list named `layers`, breadth first."""
+        pending = [network]
+        while pending:
+            current = pending.pop(0)
+            for name, child in _children(current):
+                if name == "layers" and _children(child):
+                    return [layer for _, layer in _children(child)]
+                pending.append(child)
+        return None
+
+    @property
+    def compression(self) -> Any:
+        from .compression import COMPRESSION
+
+        return COMPRESSION
+
+    def backend_issues(self, model_config: Any, device_target: str, source: Source | None) -> list[ConfigIssue]:
+        from .backend import backend_issues
+
+        return backend_issues(model_config, device_target, source)
+
+    def prepare_build(self, config: Any, device_target: str, log: Callable[[str], None]) -> None:
+        from .backend import prepare_build
+
+        prepare_build(config, device_target, log)
+
+    def after_build(self, network: Any, config: Any, device_target: str, log: Callable[[str], None]) -> list[str]:
+        from .backend import after_build
+
+        return after_build(network, config, device_target, log)
+
+    def model_spec(self, source: Source, issues: list[ConfigIssue]) -> Any:
+        from .spec import model_spec
+
+        return model_spec(source, issues)
+
+    def inventory(self, model: Any, parallel: Any, runtime: str) -> list[Any]:
+        from .inventory import layer_inventory
+
+        return layer_inventory(model, parallel, runtime)
+
+    def layer_ops(self, model: Any, parallel: Any) -> list[Any]:
+        from .inventory import layer_ops
+
+        return layer_ops(model, parallel)
+
+    def cpu_checkpoints(self, model: Any, effects: list[Any]) -> list[Any]:
+        from .cpu_memory import cpu_checkpoints
+
+        return cpu_checkpoints(model, effects)
+
+
+def _children(cell: Any) -> list[tuple[str, Any]]:
+    return [(name, child) for name, child in cell._cells.items() if child is not None]
+
+
+LLAMA = LlamaFamily()

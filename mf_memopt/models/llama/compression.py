@@ -1,0 +1,72 @@
+"""What the legacy Llama can compress (no MindSpore here; the cells are in `compress_cells.py`).
+
+* quantised methods replace a MindFormers `Linear` (no experts) by `CompressedLinear`;
+* `lossless` applies to `w2` of a Llama MLP: its input `SiLU(w1) * w3` is rebuilt from the two
+  factors, which the product's own backward keeps anyway; elsewhere no lossless transform saves
+  memory;
+* `w1` and `w3` read the same input (ffn_norm's output), which is freed only if both keep a
+  compressed copy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...estimate.inventory import MLP_DOWN_INPUT, MLP_INPUT
+from ..compression import Compression, Target
+
+_MLP = "feed_forward"
+_SHARED_INPUT = {"w1": ("w3",), "w3": ("w1",)}
+
+
+def is_plain_linear(cell: Any) -> bool:
+    return (type(cell).__name__ == "Linear" and not getattr(cell, "expert_flag", True)
+            and not getattr(cell, "use_gmm", True) and getattr(cell, "transpose_b", False))
+
+
+def is_llama_mlp(cell: Any) -> bool:
+    names = {name for name, child in cell._cells.items() if child is not None}
+    return ({"w1", "w2", "w3"} <= names and not getattr(cell, "ffn_concat", True)
+            and not getattr(cell, "use_fused_swiglu", True) and type(cell).__name__.endswith("FeedForward"))
+
+
+class LlamaCompression(Compression):
+    targets = (
+        Target(cell="feed_forward.w2", frees=MLP_DOWN_INPUT, input_width="ffn", output_width="hidden", lossless=True),
+        Target(cell="feed_forward.w1", frees=MLP_INPUT, input_width="hidden", output_width="ffn",
+               shares_input_with=("feed_forward.w3",)),
+        Target(cell="feed_forward.w3", frees=MLP_INPUT, input_width="hidden", output_width="ffn",
+               shares_input_with=("feed_forward.w1",)),
+    )
+    example = "feed_forward\\.w2"
+    cells_hint = "name Linear cells such as feed_forward\\.w2 or attention\\.wo"
+    lossless_note = ("no lossless transform saves memory for {path}: its input can be rebuilt exactly only where it is "
+                     "the product of two tensors the backward keeps anyway, which is true of feed_forward.w2 of a Llama "
+                     "MLP alone (see docs/compression.md); it is left uncompressed")
+    scopes = {"CompressedLinear": "{path}.compressed_matmul", "LosslessFeedForward": "{parent}.w2_lossless"}
+
+    def quantisable(self, cell: Any) -> bool:
+        return is_plain_linear(cell)
+
+    def lossless_ok(self, path: str, cell: Any, parent: Any) -> bool:
+        return path.rpartition(".")[2] == "w2" and is_llama_mlp(parent) and parent is not cell
+
+    def partners(self, path: str, parent: Any) -> tuple[str, ...]:
+        return _SHARED_INPUT.get(path.rpartition(".")[2], ()) if is_llama_mlp(parent) else ()
+
+    def pair_pattern(self, name: str, partner: str) -> str:
+        first, second = sorted((name, partner))
+        return f"{_MLP}\\.({first}|{second})"
+
+    def quantised_cell(self, cell: Any, codec: Any, method: str) -> Any:
+        from .compress_cells import CompressedLinear
+
+        return CompressedLinear(cell, codec, method)
+
+    def lossless_cell(self, parent: Any) -> Any:
+        from .compress_cells import LosslessFeedForward
+
+        return LosslessFeedForward(parent)
+
+
+COMPRESSION = LlamaCompression()

@@ -1,0 +1,344 @@
+"""The memory-pool peak of a legacy Llama training step on MindSpore 2.9's CPU backend.
+
+The MindSpore 2.9 memory-pool peak that `benchmarks/run.py --only calibrate` measures:
+parameters, optimizer moments and the input batch are host tensors, not in the pool;
+MindFormers' AdamW runs as graph ops after clip-grad, which needs every gradient, so the
+optimizer starts when the backward ends; the runtime then interleaves the updates of all
+parameters (`_optimizer_steps`). The peak is the largest of
+    end of forward:   sum_j S_j + M_fwd + 4*e*b*s*v           (the loss holds four b*s*v tensors)
+    backward of i:    sum_{j<i} S_j + G(i) + M_bwd + S_all(i) + 2*e*b*s*f
+    optimizer step:   float32 models: gradients + the overflow select's zeros + 3*4*p_max;
+                      float16 params, float32 norms: max(4*P + 4*p_vocab + 4*V*h, 2*4*P) + 4*p_vocab;
+                      other dtypes: 2*4*P + 4*p_vocab + 4*max(2*p_layer, [compute float16] V*h)
+with S_j the kept tensors of layer j, S_all(i) all of layer i's tensors (rebuilt if
+recomputed), G(i) the gradients already computed (layers after i, lm_head, final norm),
+M_fwd = e*(4*b*s*h + 2*s*d + 3*b*s), M_bwd = e*(2*b*s*h + 2*s*d + 3*b*s), plus e*b*s*s for
+the causal mask when some attention is recomputed (it is kept as a recompute input).
+AdamW's decayed float32 copies of the embedding and lm_head (p_vocab) are computed at the start
+of the step and held to its end. Weight copies: mixed-precision models cast each Linear weight to
+float32 for CPU MatMul; a float32 model copies each decoder-layer parameter instead (the
+optimizer assigns it in place); both are made at the start and freed by the last reader.
+P counts every parameter; p_layer is the largest decoder-layer weight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...estimate.effects import LayerEffect, TensorFate
+from ...estimate.inventory import FP32, dims
+from ...estimate.memory import StagePeak
+from ...estimate.spec import ModelSpec, ParallelSpec
+from .inventory import cpu_matmul_copies
+
+
+def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StagePeak]:
+    """Every moment `cpu_pool_peak` compares; per-layer ones carry their layer."""
+    kept = [effect.bytes() - effect.bytes("recomputed") for effect in effects]  # nothing is swapped on CPU
+    tables = _cpu_tables(model, effects)
+    copies = _weight_copies(model, effects)
+    candidates = [
+        StagePeak(kind="first attention of the forward (weight copies made)", components={
+            "weight copies": copies.forward_total + copies.backward_total, "model-level tensors": tables,
+            "layer working set": _first_scores(model, effects)}),
+        StagePeak(kind="end of the forward (loss)", components={
+            "activations kept": sum(kept), "weight copies": copies.backward_total,
+            "model-level tensors": _forward_model_level(model) + tables,
+            "loss tensors": 4 * FP32 * model.batch * model.seq * model.vocab})]
+    dim = dims(model, ParallelSpec())
+    for index in reversed(range(len(effects))):
+        candidates.append(StagePeak(kind="backward", layer=index, components={
+            "activations kept": sum(kept[:index]),
+            "weight copies": sum(copies.backward[:index + 1]),
+            "gradients so far": _gradients_after(model, index, len(effects)),
+            "model-level tensors": 2 * model.compute_bytes * dim.bsh_full + tables,
+            "layer working set": _held_in_mlp_backward(effects[index]) + 2 * FP32 * dim.bsf + copies.late[index]
+                                 + effects[index].backward_extra}))
+        candidates.append(_attention_backward(model, effects, index, kept, copies, tables))
+    early = {EARLY_VOCABULARY: FP32 * _vocabulary_params(model)}
+    candidates = [StagePeak(kind=candidate.kind, layer=candidate.layer, components={**candidate.components, **early})
+                  for candidate in candidates]
+    candidates.extend(_optimizer_steps(model, len(effects), early))
+    return candidates
+
+
+# MindFormers' AdamW starts each update with param * (1 - lr * weight_decay), which reads only the
+# parameter and the learning rate. The runtime computes it for the embedding and lm_head as soon
+# as the step starts and holds it to the end (memory-pool traces of s01, s08, s21, s26, p8).
+EARLY_VOCABULARY = "decayed vocabulary parameters (AdamW, computed early)"
+
+
+def _float32(model: ModelSpec) -> bool:
+    return model.param_bytes == FP32 and model.compute_bytes == FP32
+
+
+def _vocabulary_params(model: ModelSpec) -> int:
+    return model.vocab * model.hidden * (1 if model.tie_embeddings else 2)
+
+
+def _first_scores(model: ModelSpec, effects: list[LayerEffect]) -> int:
+    """The score-sized tensors of layer 0's attention, alive while every weight copy still exists.
+
+    The casts of the weights run as soon as the step starts, before the forward has freed any,
+    so the first attention's b*n*s*s tensors come on top of them (memory-pool traces of h00, h04
+    and p1). CPU BatchMatMul computes in float32. A float32 model holds the scores and the
+    probabilities. In a float16 model:
+    * attention recomputed: nothing is kept for the backward; the largest moment is the float32
+      scores beside the probabilities (float32 softmax), or the float32 BatchMatMul output beside
+      its float16 cast (float16 softmax);
+    * attention kept: the probabilities stay in the softmax dtype, next to their float16 cast (a
+      float32 softmax) and two float32 copies made for the BatchMatMuls that read them, the
+      forward's and the backward's (the latter is made at once: it reads only the probabilities).
+    Which case applies is decided by whether some layer rebuilds its attention, as for the causal
+    mask (`_cpu_tables`): recompute counts and layer lists start at the first layer, and the
+    planner's search needs stage-wide terms to be shared, not tied to one layer's position.
+    """
+    scores = dims(model, ParallelSpec()).scores
+    if model.compute_bytes == FP32:
+        return (2 * FP32 + (model.softmax_bytes if model.softmax_cast else 0)) * scores
+    recomputed = _attention_rebuilt(effects)
+    if recomputed:
+        return (2 * FP32 if model.softmax_bytes == FP32 else FP32 + model.compute_bytes) * scores
+    cast = model.compute_bytes if model.softmax_bytes != model.compute_bytes else 0
+    return (model.softmax_bytes + cast + 2 * FP32) * scores
+
+
+def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int, kept: list[int],
+                        copies: WeightCopies, tables: int) -> StagePeak:
+    """Inside layer `index`'s attention backward: the MLP part is done, the score gradients are alive.
+
+    The layer's attention tensors (rebuilt if recomputed) are still held, and the softmax backward
+    works on b*n*s*s tensors (memory-pool traces of m05, m06 and k07):
+    * float32 compute: the gradient of the probabilities (float32 BatchMatMul output) and the
+      softmax backward's first product;
+    * float16 compute, attention kept: that gradient plus its float16 cast when the softmax is
+      computed in another dtype;
+    * float16 compute, float32 softmax, attention recomputed: the gradient cast to float32, the
+      softmax backward's temporary and the rebuilt float32 scores the softmax read.
+    """
+    dim, c = dims(model, ParallelSpec()), model.compute_bytes
+    attention = _held_in_backward(effects[index], ("attention.", "attention_norm."))
+    rebuilt = _rebuilds(effects[index], "attention.softmax")
+    if c == FP32:
+        working = 2 * FP32
+    elif rebuilt and model.softmax_bytes == FP32:
+        working = 3 * FP32
+    else:
+        working = FP32 + (c if model.softmax_cast else 0)
+    mlp = model.gradient_bytes * 3 * model.hidden * model.ffn
+    return StagePeak(kind="attention backward", layer=index, components={
+        "activations kept": sum(kept[:index]),
+        "weight copies": sum(copies.backward[:index + 1]),
+        "gradients so far": _gradients_after(model, index, len(effects)) + mlp,
+        "model-level tensors": 2 * c * dim.bsh_full + tables,
+        "layer working set": attention + working * dim.scores + copies.late[index]})
+
+
+def _held_in_mlp_backward(effect: LayerEffect) -> int:
+    """A layer's tensors while its MLP backward runs. A recomputed attention cell is rebuilt when the
+    gradient reaches it, after the MLP backward, unless the recompute spans the whole layer (its norms
+    are rebuilt too: one segment, rebuilt at the start of the layer's backward) (traces of k07, p5)."""
+    if _rebuilds(effect, "attention_norm.", "ffn_norm."):
+        return _held_in_backward(effect)
+    return sum(_held_bytes(item) for item in effect.tensors
+               if not (item.fate == "recomputed" and item.saved.path.startswith("attention.")))
+
+
+def _held_in_backward(effect: LayerEffect, prefixes: tuple[str, ...] = ("",)) -> int:
+    """A layer's tensors during its backward: kept ones as kept, rebuilt ones at their rebuilt size."""
+    return sum(_held_bytes(item) for item in effect.tensors if item.saved.path.startswith(prefixes))
+
+
+def _held_bytes(item: TensorFate) -> int:
+    if item.fate == "recomputed" and item.saved.rebuilt_nbytes is not None:
+        return item.saved.rebuilt_nbytes
+    return item.saved.nbytes
+
+
+@dataclass(frozen=True, slots=True)
+class WeightCopies:
+    """Copies of the Linear weights that MatMul needs on CPU (it has no float16 kernel).
+
+    A cast whose input is a parameter runs as soon as the step starts (nothing else holds it
+    back); each copy lives until the MatMul that reads it. Per Linear weight of n elements:
+
+    * compute float16, param_init_type float16: a float32 copy for the forward's x @ W, one
+      for the backward's dy @ W, and one for the forward run again by a recompute;
+    * compute float16, param_init_type float32: the model casts W to float16 and MatMul casts
+      that to float32: the forward's copy is made at the start; the backward's too, unless the
+      Linear is recomputed (then its float16 cast is recomputed and the copy made late);
+    * compute float32, param_init_type float16: the model's own float32 cast serves the
+      forward and the backward, held until the backward (until the forward if recomputed);
+    * float32 throughout: no cast, but a copy of the parameter itself (TensorMove), because the
+      backward reads the parameter after the optimizer may have assigned it; held until the
+      layer's backward (lm_head's until its backward);
+    * a recomputed Linear with a cast: also a TensorMove copy of the parameter, in its dtype,
+      until the layer's backward (the recompute casts it again).
+    Recompute re-runs neither w2 nor, unless ffn_norm is rebuilt too, wo (`_rerun`).
+    """
+
+    forward_total: int
+    backward: tuple[int, ...]    # per decoder layer: held until that layer's backward
+    lm_head: int                 # held until the start of the backward
+    late: tuple[int, ...] = ()   # per decoder layer: made during its backward (recomputed casts), one at a time
+
+    @property
+    def backward_total(self) -> int:
+        return sum(self.backward) + self.lm_head
+
+
+def _weight_copies(model: ModelSpec, effects: list[LayerEffect]) -> WeightCopies:
+    sizes = dict(zip(_LINEAR_OPS, model.layer_param_list()))
+    forward, backward, late = 0, [], []
+    for effect in effects:
+        held = made = 0
+        for path, size in sizes.items():
+            rerun = _rerun(path, effect)
+            # the model's own weight cast is inside the Linear: a recompute scope holding the Linear
+            # casts the weight again for the backward even where the matmul is not run again
+            recast = model.weight_cast and (rerun or path in effect.recompute_scoped)
+            to_forward, to_backward = _copy_bytes(model, rerun or recast)
+            forward += to_forward * size
+            held += to_backward * size
+            if recast:
+                # the recompute casts the parameter again, after the optimizer may have assigned it:
+                # the runtime keeps a copy (TensorMove) from the start (traces of m02, p5, q05, s19,
+                # t13); a matmul run again holds its new cast through the layer's backward, w2's and
+                # wo's is read by their one backward matmul and freed
+                held += model.param_bytes * size
+                made += FP32 * size if rerun else 0
+        if _float32(model):
+            held += FP32 * model.layer_params
+        backward.append(held)
+        late.append(made)
+    head_forward, head_backward = _copy_bytes(model, False)
+    if _float32(model):
+        head_backward = FP32        # lm_head's TensorMove, held until lm_head's backward (traces of k01, k15)
+    head = model.vocab * model.hidden
+    return WeightCopies(forward_total=forward + head_forward * head, backward=tuple(backward),
+                        lm_head=head_backward * head, late=tuple(late))
+
+
+def _rerun(path: str, effect: LayerEffect) -> bool:
+    """Whether the backward runs this Linear again. A recompute re-runs only what some backward op
+    reads: w2's output feeds only the residual add, so w2 never runs again; wo's output is read
+    again only when the ffn_norm after the residual add is rebuilt too (memory-pool traces of h04
+    and h14: no recompute copy of w2, and of wo only under full recompute)."""
+    if path not in effect.recomputed_ops or path == "feed_forward.w2.matmul":
+        return False
+    if path == "attention.wo.matmul":
+        return _rebuilds(effect, "ffn_norm.")
+    return True
+
+
+def _copy_bytes(model: ModelSpec, recomputed: bool) -> tuple[int, int]:
+    """Bytes per weight element held until the forward and until the backward."""
+    if model.compute_bytes == 2 and not model.weight_cast:
+        return FP32, FP32 * (2 if recomputed else 1)
+    if model.compute_bytes == 2:
+        return FP32, 0 if recomputed else FP32
+    if model.weight_cast:
+        return (FP32, 0) if recomputed else (0, FP32)
+    return 0, 0
+
+
+_LINEAR_OPS = ("attention.wq.matmul", "attention.wk.matmul", "attention.wv.matmul", "attention.wo.matmul",
+               "feed_forward.w1.matmul", "feed_forward.w2.matmul", "feed_forward.w3.matmul")
+
+
+def _cpu_tables(model: ModelSpec, effects: list[LayerEffect]) -> int:
+    """cos/sin tables (rotary_dtype), per-token statistics, the causal mask when attention is rebuilt."""
+    dim = dims(model, ParallelSpec())
+    mask = FP32 * model.batch * model.seq * model.seq if _attention_rebuilt(effects) else 0
+    return model.rotary_bytes * 2 * model.seq * model.head_dim + FP32 * 3 * dim.bs + mask
+
+
+def _attention_rebuilt(effects: list[LayerEffect]) -> bool:
+    return any(_rebuilds(effect, "attention.") for effect in effects)
+
+
+def _rebuilds(effect: LayerEffect, *prefixes: str) -> bool:
+    """Whether the layer's recompute rebuilds some tensor whose path starts with one of `prefixes`."""
+    return any(item.fate == "recomputed" and item.saved.path.startswith(prefixes) for item in effect.tensors)
+
+
+def _forward_model_level(model: ModelSpec) -> int:
+    """The embedding output (when the first norm reads it without a cast) and the final RmsNorm's tensors."""
+    dim, c, norm = dims(model, ParallelSpec()), model.compute_bytes, model.layernorm_bytes
+    embedding = 0 if model.norm_cast else c * dim.bsh_full
+    normalised = FP32 if cpu_matmul_copies(model) else c                  # the input of lm_head
+    final_norm = (norm if model.norm_cast else 0) + c + normalised + norm  # [input copy], mul, mul2, early 2*x
+    return embedding + final_norm * dim.bsh_full
+
+
+def _gradients_after(model: ModelSpec, index: int, layers: int) -> int:
+    """Gradients held when layer `index`'s backward starts: later layers, lm_head, final norm."""
+    h, p = model.hidden, model.gradient_bytes
+    norm = p if model.clip_grad else model.layernorm_bytes
+    per_layer = p * (model.layer_params - 2 * h) + norm * 2 * h
+    return (layers - 1 - index) * per_layer + p * model.vocab * h + norm * h
+
+
+def _gradient_set(model: ModelSpec, layers: int) -> int:
+    """Bytes of one gradient per parameter (the parameter's dtype; the RmsNorm weights in L)."""
+    h, p, norm = model.hidden, model.param_bytes, model.layernorm_bytes
+    per_layer = p * (model.layer_params - 2 * h) + norm * 2 * h
+    return layers * per_layer + 2 * p * model.vocab * h + norm * h
+
+
+def _optimizer_steps(model: ModelSpec, layers: int, early: dict[str, int]) -> list[StagePeak]:
+    """MindFormers' AdamW as graph ops, after clip-grad and the overflow select.
+
+    Float32 models: the step replaces the gradients by zeros on overflow
+    (`select(overflow, zeros_like(g), g)`): by the time the optimizer runs, a zero tensor of every
+    gradient's shape exists too. Every parameter's update returns a new parameter-sized tensor,
+    held until the whole optimizer has run, while the gradients not yet used are still held: one
+    gradient set in all. Each update computes the new moments and the step in float32: three
+    temporaries of the largest parameter.
+
+    Other dtype settings: the runtime runs the updates side by side, one op of every parameter
+    after another, so at the peak each parameter has two float32 tensors alive (its clipped or
+    cast gradient and the first product of the moment update), whatever the parameter dtype. The
+    embedding's and lm_head's decayed copies made at the start of the step are still held.
+    Where the two float32 tensors of every parameter come relative to the end of clip-grad
+    depends on the parameter dtypes (`_clip_ends_first`):
+
+    * the updates first (every setting but the one below): when clip-grad's last sum, a float32
+      tensor of the embedding's size, is made, every parameter already has its two tensors. Or,
+      without float16 compute, the parameter being finished holds float32 copies of its two
+      moments (TensorMove) on top (traces of s19, s21, s25, t10).
+    * clip-grad first (float16 parameters with float32 RmsNorm weights, MindFormers' default):
+      when clip-grad's last sum is made, every parameter has one float32 tensor (its gradient
+      cast), the embedding and lm_head two; the second tensor of the others comes after the sum is
+      freed. Two checkpoints, then: the end of clip-grad and the updates (traces of s01, s26, s27,
+      q07, t14).
+      The same shapes with float16 RmsNorm weights measure like the first order (q07: 607 MiB,
+      654 MiB with float16 norms; t10: 131 MiB, 120 MiB with float32 norms).
+    """
+    if _float32(model):
+        largest = max([*model.layer_param_list(), model.vocab * model.hidden])
+        gradients = _gradient_set(model, layers)
+        return [StagePeak(kind="optimizer step", components={
+            "gradients": gradients, "zeros of the overflow select": gradients,
+            "optimizer outputs": 3 * FP32 * largest})]
+    params = layers * model.layer_params + model.hidden + _vocabulary_params(model)
+    embedding = model.vocab * model.hidden
+    if _clip_ends_first(model):
+        return [StagePeak(kind="end of clip-grad", components={
+                    "gradient casts": FP32 * params, "optimizer working set": FP32 * _vocabulary_params(model),
+                    "clip-grad's last sum": FP32 * embedding, **early}),
+                StagePeak(kind="optimizer step", components={
+                    "optimizer working set": 2 * FP32 * params, **early})]
+    moments = 2 * max(model.layer_param_list())
+    if model.compute_bytes != FP32 and embedding > moments:
+        finishing = {"clip-grad's last sum": FP32 * embedding}
+    else:
+        finishing = {"update being finished": FP32 * moments}
+    return [StagePeak(kind="optimizer step", components={
+        "optimizer working set": 2 * FP32 * params, **finishing, **early})]
+
+
+def _clip_ends_first(model: ModelSpec) -> bool:
+    """Whether clip-grad's last sum is freed before the updates' second tensors are made (float16
+    parameters with float32 RmsNorm weights); observed in traces, not derived (`_optimizer_steps`)."""
+    return model.param_bytes == 2 and model.layernorm_bytes == FP32

@@ -1,0 +1,60 @@
+"""Build the MindFormers model of a training YAML with MindFormers' own recompute and swap off.
+
+Exactly one implementation may set recompute and offload attributes. Where MindFormers sets
+them while it builds a model depends on the model family, which turns every one of those
+places off (`ModelFamily.prepare_build`) and installs what the backend lacks once the model
+is built (`ModelFamily.after_build`); mf_memopt's plan is applied afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..apply.logs import LOGGER
+from ..models.family import ModelFamily
+
+
+@dataclass
+class BuiltModel:
+    network: Any
+    config: Any                      # the MindFormerConfig, with the sections turned off
+    replaced: list[str] = field(default_factory=list)   # cells replaced by stand-ins the backend can run
+
+
+def read_config(path: str | Path) -> Any:
+    from mindformers.tools.register import MindFormerConfig
+
+    return MindFormerConfig(str(path))
+
+
+def build_model(config: Any, family: ModelFamily, *, device_target: str) -> BuiltModel:
+    """Build `config.model` (MindFormers' build_network) without MindFormers' recompute/swap."""
+    from mindformers.core.parallel_config import build_parallel_config
+    from mindformers.models.build_model import build_network
+
+    family.prepare_build(config, device_target, LOGGER.info)
+    with _mindformers_quiet():
+        build_parallel_config(config)
+        network = build_network(config.model, default_args={"parallel_config": config.parallel_config,
+                                                            "moe_config": config.moe_config})
+    replaced = family.after_build(network, config, device_target, LOGGER.info)
+    return BuiltModel(network=network, config=config, replaced=replaced)
+
+
+@contextmanager
+def _mindformers_quiet():
+    """Hide MindFormers' INFO lines while it builds: with its sections off it would still print its own
+    (all-zero) `Formative ...` lines, next to mf_memopt's, for users who grep them."""
+    from mindformers.tools.logger import get_logger
+
+    mindformers_logger = get_logger()
+    level = mindformers_logger.level
+    mindformers_logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        mindformers_logger.setLevel(level)

@@ -1,0 +1,104 @@
+"""MindSpore context for a training run, set by MindFormers' own build_context.
+
+Before MindFormers sees the config, what the machine cannot do is settled and said once:
+a `device_target` this MindSpore cannot use falls back to CPU; Ascend-only context keys are
+dropped off Ascend; `--use_parallel True` on CPU gets data parallelism (`parallel.parallel_mode: 0`,
+gradients averaged) when the YAML does not name a mode, because semi-auto and auto parallel do
+not run on CPU.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from ..apply.logs import LOGGER
+
+# Applied on every backend; everything else in `context:` is passed through on Ascend only.
+PORTABLE_KEYS = ("mode", "max_call_depth", "jit_config", "memory_optimize_level", "device_target", "device_id",
+                 "save_graphs", "save_graphs_path")
+CPU_DATA_PARALLEL = {"parallel_mode": 0, "gradients_mean": True, "full_batch": False,
+                     "enable_parallel_optimizer": False}
+
+
+@dataclass(frozen=True)
+class RunContext:
+    device_target: str
+    rank: int = 0
+    world_size: int = 1
+
+
+def setup_context(config: Any, *, use_parallel: bool, written: Collection[str] = ()) -> RunContext:
+    """Settle device and parallel settings in `config` (a MindFormerConfig), then build_context.
+
+    `written` names the context keys the YAML itself has (MindFormerConfig adds template defaults,
+    such as max_device_memory, that are dropped off Ascend without a word)."""
+    import mindspore as ms
+    from mindformers import build_context
+
+    if config.context is None:
+        config.context = {}
+    device = _device_target(ms, config.context.get("device_target", "CPU"))
+    config.context.device_target = device
+    if device != "Ascend":
+        _drop_ascend_keys(config.context, device, written)
+    config.use_parallel = use_parallel
+    if use_parallel:
+        _require_launcher()
+        if device == "CPU":
+            _cpu_data_parallel(config)
+    context = build_context(config)
+    ms.set_seed(int(config.seed or 0))
+    run = RunContext(device_target=device, rank=context.rank_id, world_size=context.device_num)
+    if use_parallel:
+        mode = ms.get_auto_parallel_context("parallel_mode")
+        LOGGER.info(f"{mode.replace('_', ' ')} training: rank {run.rank} of {run.world_size} on {device}")
+    return run
+
+
+def _device_target(ms: Any, wanted: str) -> str:
+    try:
+        ms.set_device(wanted)
+    except (RuntimeError, ValueError) as error:
+        LOGGER.warning(f"context.device_target is {wanted}, which this MindSpore cannot use ({error}); "
+                       "running on CPU instead")
+        return "CPU"
+    return wanted
+
+
+def _drop_ascend_keys(section: Any, device: str, written: Collection[str]) -> None:
+    dropped = sorted(key for key in section if key not in PORTABLE_KEYS)
+    for key in dropped:
+        del section[key]
+    others = [key for key in dropped if key in written]
+    if others:
+        LOGGER.warning(f"context keys {', '.join(others)} only apply on Ascend: not set on {device}")
+
+
+def _require_launcher() -> None:
+    if "MS_ROLE" not in os.environ and "RANK_TABLE_FILE" not in os.environ:
+        raise SystemExit("--use_parallel True needs a distributed launcher: run it through "
+                         "scripts/msrun_launcher.sh (or msrun)")
+
+
+def _cpu_data_parallel(config: Any) -> None:
+    parallel = config.parallel or {}
+    if parallel.get("parallel_mode") is None:
+        config.parallel = {**parallel, **CPU_DATA_PARALLEL}
+        LOGGER.info("parallel.parallel_mode is not set: data parallel on CPU (semi-auto and auto parallel need "
+                    "Ascend or GPU)")
+
+
+def lazy_inline_policy(swap: bool, pipeline_stages: int, device: str) -> None:
+    """Seed 001: without pipeline parallelism, swap needs lazy_inline (ENABLE_LAZY_INLINE_NO_PIPELINE=1)."""
+    if not swap or pipeline_stages > 1:
+        return
+    if device == "Ascend":
+        if os.environ.get("ENABLE_LAZY_INLINE_NO_PIPELINE") != "1":
+            os.environ["ENABLE_LAZY_INLINE_NO_PIPELINE"] = "1"
+            LOGGER.info("swap without pipeline parallelism: set ENABLE_LAZY_INLINE_NO_PIPELINE=1 (lazy_inline on)")
+        return
+    LOGGER.info(f"lazy_inline stays off on {device}: the {device} backend cannot run lazy_inline graphs. "
+                "Swap only takes effect on Ascend, inside lazy_inline cells")

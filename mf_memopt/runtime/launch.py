@@ -1,0 +1,156 @@
+"""`run_mindformer_memopt.py`: MindFormers' run_mindformer.py with mf_memopt's plan in place of LayerSetting.
+
+check the output directory -> validate the YAML and its training sections -> set the context
+(MindFormers' build_context) -> build the model with MindFormers' recompute/swap off -> apply
+the plan -> train with MindFormers' Trainer (dataset, optimizer, lr schedule, wrapper,
+callbacks, checkpoints, resume) on that model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..apply.logs import LOGGER, configure_logging
+from ..config.errors import ConfigError
+from ..config.source import load_source
+from . import interrupt
+from .outputs import OutputError, check_output_dir, report_name, worker_output, write_report, written_files
+from .quiet import quiet_mindformers
+from .train import Progress
+
+
+@dataclass
+class _State:
+    """Where the run is, for the one line printed when it is interrupted."""
+
+    phase: str = "checking the config"
+    output: Path | None = None
+    rank: int = 0
+    progress: Progress = field(default_factory=Progress)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    configure_logging()
+    if args.run_mode != "train":
+        print(f"run_mindformer_memopt.py: --run_mode {args.run_mode} is not supported: this launcher trains "
+              "(--run_mode train); to check or explain a config without training use "
+              f"`python -m mf_memopt plan {args.config}`", file=sys.stderr)
+        return 2
+    state = _State()
+    interrupt.install()
+    try:
+        return _run(args, state)
+    except ConfigError as error:
+        print(error.render(), file=sys.stderr)
+        return 1
+    except OutputError as error:
+        print(f"run_mindformer_memopt.py: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(_interrupted_line(state), file=sys.stderr, flush=True)
+        return interrupt.INTERRUPTED
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description="Train a MindFormers model with mf_memopt's recompute/swap plan.")
+    parser.add_argument("--config", required=True, help="MindFormers training YAML")
+    parser.add_argument("--run_mode", default="train", help="only `train` is supported")
+    parser.add_argument("--use_parallel", type=_flag, default=None,
+                        help="True for parallel training under msrun (default: use_parallel of the YAML)")
+    parser.add_argument("--output_dir", default=None, help="logs, checkpoints and the apply report (default: "
+                                                           "output_dir of the YAML, else ./output)")
+    parser.add_argument("--load_checkpoint", default=None, help="checkpoint file or directory to load")
+    parser.add_argument("--resume_training", type=_flag_or_name, default=None,
+                        help="True (or a checkpoint name) to resume from --load_checkpoint with its step, "
+                             "optimizer state and data position")
+    parser.add_argument("--train_dataset_dir", default=None, help="replaces train_dataset.data_loader.dataset_dir")
+    parser.add_argument("--register_path", default=None, help="directory of a package registering custom classes")
+    parser.add_argument("--device_id", type=int, default=None, help="replaces context.device_id")
+    parser.add_argument("--seed", type=int, default=None, help="replaces seed")
+    parser.add_argument("--epochs", type=int, default=None, help="replaces runner_config.epochs")
+    parser.add_argument("--train_steps", type=int, default=None,
+                        help="stop after this many steps of this run (default: the dataset's steps times the "
+                             "epochs, less those a resumed run has done)")
+    parser.add_argument("--strict", action="store_true", help="refuse configs whose rules conflict")
+    parser.add_argument("--force", action="store_true", help="replace an existing apply report instead of keeping "
+                                                             "it under a dated name")
+    return parser
+
+
+def _flag(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected True or False, got {text}")
+
+
+def _flag_or_name(text: str) -> bool | str:
+    try:
+        return _flag(text)
+    except argparse.ArgumentTypeError:
+        return text
+
+
+def _run(args: argparse.Namespace, state: _State) -> int:
+    from .session import Overrides, check, prepare, use_parallel_of
+
+    source = load_source(args.config)
+    written = Path(args.output_dir or source.get(("output_dir",)) or "output")
+    state.output = check_output_dir(worker_output(written, use_parallel=use_parallel_of(source, args.use_parallel)))
+    _mindformers_paths(state.output)
+    if args.register_path:
+        _register(args.register_path)
+    overrides = Overrides(use_parallel=args.use_parallel, output_dir=str(state.output),
+                          load_checkpoint=args.load_checkpoint, resume_training=args.resume_training,
+                          train_dataset_dir=args.train_dataset_dir, device_id=args.device_id, seed=args.seed,
+                          epochs=args.epochs)
+    plan = check(source, strict=args.strict, overrides=overrides)
+    state.phase = "building the model"
+    session = prepare(args.config, strict=args.strict, overrides=overrides, plan=plan)
+    state.rank = session.run.rank
+    state.phase = "starting MindFormers' Trainer (before the first step)"
+    report = state.output / report_name(session.run.rank, session.run.world_size)
+    LOGGER.info(write_report(report, session.report.to_json() + "\n", force=args.force))
+    from .train import train
+
+    progress = train(session.network, session.config, device_target=session.run.device_target,
+                     steps=args.train_steps, progress=state.progress)
+    LOGGER.info(_finished_line(progress, state.output, session.run.rank))
+    return 0
+
+
+def _mindformers_paths(output: Path) -> None:
+    """MindFormers writes its logs under LOCAL_DEFAULT_PATH (else ./output): point it at the output directory."""
+    os.environ["LOCAL_DEFAULT_PATH"] = str(output)
+    quiet_mindformers()
+
+
+def _register(path: str) -> None:
+    directory = Path(path).resolve()
+    if not directory.is_dir():
+        raise OutputError(f"--register_path {path} is not a directory")
+    sys.path.insert(0, str(directory.parent))
+    importlib.import_module(directory.name)
+
+
+def _finished_line(progress: Progress, output: Path, rank: int) -> str:
+    losses = progress.losses
+    trend = f", loss {losses[0]:.4f} -> {losses[-1]:.4f}" if losses else ""
+    files = "; ".join(written_files(output, rank))
+    return f"training finished after {progress.step} step(s) of this run{trend}; written: {files}"
+
+
+def _interrupted_line(state: _State) -> str:
+    where = (f"after {state.progress.step} step(s) of this run" if state.progress.step
+             else f"while {state.phase}")
+    files = written_files(state.output, state.rank) if state.output else []
+    written = "; ".join(files) if files else "nothing"
+    return f"run_mindformer_memopt.py: interrupted {where}; written: {written}"

@@ -1,0 +1,128 @@
+"""Everything before the first training step: plan, checks, context, model, applied plan.
+
+Shared by the training launcher and by `verify`, which compiles the same training step
+without running it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..apply.execute import ApplyReport, apply_plan
+from ..apply.logs import LOGGER
+from ..config.errors import raise_if_errors
+from ..config.load import plan_source
+from ..config.plan import Plan
+from ..config.source import Source, load_source
+from .build import BuiltModel, build_model, read_config
+from .context import RunContext, lazy_inline_policy, setup_context
+from .data import GENERATED, ensure_dataset
+from .outputs import msrun_workers
+from .training_checks import training_issues
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Overrides:
+    """Command-line values that replace the YAML's (None: keep the YAML's)."""
+
+    use_parallel: bool | None = None
+    output_dir: str | None = None
+    load_checkpoint: str | None = None
+    resume_training: bool | str | None = None
+    train_dataset_dir: str | None = None
+    device_id: int | None = None
+    seed: int | None = None
+    epochs: int | None = None
+
+
+@dataclass
+class Session:
+    plan: Plan
+    source: Source
+    config: Any                     # MindFormerConfig, as the Trainer will read it
+    run: RunContext
+    built: BuiltModel
+    report: ApplyReport
+    generated: list[Path] = field(default_factory=list)
+
+    @property
+    def network(self) -> Any:
+        return self.built.network
+
+
+def check(source: Source, *, strict: bool = False, overrides: Overrides = Overrides()) -> Plan:
+    """Validate and plan the YAML, and check the training sections; raises one ConfigError."""
+    plan = plan_source(source, strict=strict)
+    if plan.layout.stages > 1:
+        raise SystemExit(f"{source.file}: pipeline_stage is {plan.layout.stages}; the launcher trains with data "
+                         "parallelism only (plan pipeline configs with `python -m mf_memopt plan`)")
+    raise_if_errors(training_issues(source, device_target=_device_written(source), use_parallel=_parallel(
+        source, overrides), dataset_dir=overrides.train_dataset_dir))
+    return plan
+
+
+def prepare(config_path: str | Path, *, strict: bool = False, overrides: Overrides = Overrides(),
+            plan: Plan | None = None) -> Session:
+    """Check the YAML, set the context, build the model with MindFormers' own handling off, apply the plan."""
+    source = load_source(config_path)
+    plan = plan or check(source, strict=strict, overrides=overrides)
+    use_parallel = _parallel(source, overrides)
+    workers = msrun_workers()
+    if workers > 1 and not use_parallel:
+        LOGGER.warning(f"{workers} workers train the same model independently because use_parallel is False; "
+                       f"each writes under its own worker_<id> directory (this one: {overrides.output_dir}); "
+                       "pass --use_parallel True for data-parallel training")
+    generated = ensure_dataset(source, overrides.train_dataset_dir)
+    if generated is not None:
+        LOGGER.info(f"generated the token file {generated} ({GENERATED[0]} of {source.file})")
+    config = read_config(config_path)
+    _apply_overrides(config, overrides)
+    config.pop(GENERATED[0], None)
+    run = setup_context(config, use_parallel=use_parallel, written=list(source.get(("context",)) or {}))
+    lazy_inline_policy(plan.swap, plan.layout.stages, run.device_target)
+    built = build_model(config, plan.family, device_target=run.device_target)
+    report = apply_plan(plan, built.network, device_target=run.device_target)
+    return Session(plan=plan, source=source, config=config, run=run, built=built, report=report,
+                   generated=[generated] if generated else [])
+
+
+def _parallel(source: Source, overrides: Overrides) -> bool:
+    return use_parallel_of(source, overrides.use_parallel)
+
+
+def use_parallel_of(source: Source, flag: bool | None) -> bool:
+    """--use_parallel when given, else use_parallel of the YAML."""
+    return flag if flag is not None else bool(source.get(("use_parallel",), False))
+
+
+def _device_written(source: Source) -> str:
+    """The device the run will use as far as the YAML says (setup_context may still fall back to CPU)."""
+    import mindspore as ms
+
+    wanted = source.get(("context", "device_target"), "CPU")
+    try:
+        ms.set_device(wanted)
+    except (RuntimeError, ValueError, TypeError):
+        return "CPU"
+    return wanted
+
+
+def _apply_overrides(config: Any, overrides: Overrides) -> None:
+    if overrides.output_dir is not None:
+        config.output_dir = overrides.output_dir
+    if overrides.load_checkpoint is not None:
+        config.load_checkpoint = overrides.load_checkpoint
+    if overrides.resume_training is not None:
+        config.resume_training = overrides.resume_training
+    if overrides.train_dataset_dir is not None:
+        config.train_dataset.data_loader.dataset_dir = overrides.train_dataset_dir
+        if config.train_dataset_task and config.train_dataset_task.dataset_config:
+            config.train_dataset_task.dataset_config.data_loader.dataset_dir = overrides.train_dataset_dir
+    if overrides.device_id is not None:
+        config.context.device_id = overrides.device_id
+    if overrides.seed is not None:
+        config.seed = overrides.seed
+    if overrides.epochs is not None:
+        config.runner_config.epochs = overrides.epochs

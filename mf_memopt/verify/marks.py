@@ -1,0 +1,272 @@
+"""`verify`: does the compiled training graph carry exactly the marks the plan asked for?
+
+The training graph is compiled without running (MS_DEV_PRECOMPILE_ONLY) in a child process
+that builds and applies exactly as the launcher does, and its IR is compared, layer by
+layer, with the apply report:
+
+- every offload, recompute and recompute_comm_op mark in the IR was set by the plan, with
+  the same backward_prefetch, and every rule left at least one mark in the graph;
+- every recomputed cell has its `recompute_` scope, and no other cell does;
+- rule 2 of seed 001: an offloaded node whose output a recomputed node consumes cannot be
+  swapped; such edges are reported as conflicts;
+- recompute marks that produced no recompute copy (`duplicated`) are reported: they are in
+  the graph but save nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..config.errors import ConfigError, ConfigIssue
+from ..config.load import load_plan
+from .compression import check_compression
+from .ir import Graph, Node, find_validate_ir, read_ir
+
+COMPILE_ENV = {"MS_DEV_PRECOMPILE_ONLY": "1", "MS_DEV_SAVE_GRAPHS": "1", "MS_DEV_DUMP_IR_PASSES": "validate",
+               "GLOG_v": "3"}
+_NOT_CONSUMERS = {"UpdateState", "Load", "Return"}
+
+
+@dataclass
+class LayerCheck:
+    layer: int
+    recompute: list[str] = field(default_factory=list)   # what the plan recomputes ("layer" = whole layer)
+    copies: int = 0                                        # recompute copies in the backward
+    offloaded: dict[str, int] = field(default_factory=dict)  # backward_prefetch -> operators in the IR
+    comm: int = 0
+    disagreements: list[str] = field(default_factory=list)
+    rule2: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    compressed: list[str] = field(default_factory=list)   # cells whose backward reads only a compressed copy
+
+
+@dataclass
+class VerifyResult:
+    config: str
+    ir_path: str
+    nodes: int
+    seconds: float
+    layers: list[LayerCheck]
+
+    @property
+    def agrees(self) -> bool:
+        return not any(layer.disagreements for layer in self.layers)
+
+    @property
+    def rule2(self) -> list[str]:
+        return [item for layer in self.layers for item in layer.rule2]
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "agrees": self.agrees}
+
+
+def verify(config: str | Path, *, ir_dir: str | Path | None = None) -> VerifyResult:
+    plan = load_plan(config)
+    with tempfile.TemporaryDirectory(prefix="mf_memopt_verify_") as scratch:
+        directory = Path(ir_dir) if ir_dir else Path(scratch) / "ir"
+        report_path = Path(scratch) / "apply_report.json"
+        began = time.perf_counter()
+        _compile(config, directory, report_path)
+        seconds = time.perf_counter() - began
+        report = json.loads(report_path.read_text())
+        ir_path = find_validate_ir(directory)
+        graph = read_ir(ir_path, plan.family.ir_layer_scope)
+    layers = compare(report, graph, plan.num_layers, plan.family.compression.scopes)
+    return VerifyResult(config=str(config), ir_path=str(ir_path) if ir_dir else "(removed)", nodes=len(graph.nodes),
+                        seconds=round(seconds, 1), layers=layers)
+
+
+def _compile(config: str | Path, directory: Path, report: Path) -> None:
+    env = {**os.environ, **COMPILE_ENV, "MS_DEV_SAVE_GRAPHS_PATH": str(directory)}
+    done = subprocess.run([sys.executable, "-m", "mf_memopt.verify.precompile", str(config), str(report)], env=env,
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
+        raise ConfigError([ConfigIssue(file=str(config), line=None, path="",
+                                       message=f"compiling the training graph failed:\n{tail}")])
+
+
+def compare(report: dict, graph: Graph, num_layers: int, scopes: dict[str, str] | None = None) -> list[LayerCheck]:
+    """Layer by layer, the marks of the graph against the apply report; `scopes` are the family's compressed cells
+    (`Compression.scopes`)."""
+    expected = _expected(report)
+    consumers = graph.users()
+    checks = []
+    for layer in range(num_layers):
+        check = LayerCheck(layer=layer)
+        nodes = graph.forward(layer)
+        want = expected[layer]
+        check.recompute = ["layer" if path == "" else path for path in sorted(want["recompute_cell"])]
+        check.recompute += sorted(path for path, on in want["recompute"].items() if on)
+        copies = [node for node in graph.nodes if node.layer == layer and node.duplicated]
+        check.copies = len(copies)
+        producers = {(node.graph, node.ref): node for node in nodes}
+        comm = {**_implied_comm(nodes, want["recompute_cell"]), **want["recompute_comm_op"]}
+        witnessed: dict[str, set[str]] = {}
+        for name, wanted, read in (
+                ("offload", want["offload"], lambda node: node.prefetch if node.offload else None),
+                ("recompute", want["recompute"], lambda node: node.flag("recompute")),
+                ("recompute_comm_op", comm, lambda node: node.flag("recompute_comm_op"))):
+            witnessed[name] = _check_attribute(check, nodes, producers, wanted, name, read)
+        _check_rules_left_marks(check, witnessed, report, layer)
+        _check_cells(check, nodes, want["recompute_cell"])
+        _check_effect(check, copies, want)
+        _check_rule2(check, nodes, consumers)
+        for node in nodes:
+            if node.offload:
+                check.offloaded[str(node.prefetch)] = check.offloaded.get(str(node.prefetch), 0) + 1
+        check.comm = sum(1 for node in nodes if node.flag("recompute_comm_op"))
+        entries = [entry for entry in report.get("compressed", []) if entry["layer"] == layer]
+        if entries:
+            found, wrong, notes = check_compression(layer, entries, [node for node in graph.nodes
+                                                                     if node.layer == layer], graph, scopes or {})
+            check.compressed, check.disagreements, check.notes = found, check.disagreements + wrong, check.notes + notes
+        checks.append(check)
+    return checks
+
+
+def _expected(report: dict) -> dict[int, dict[str, dict]]:
+    expected: dict[int, dict[str, dict]] = defaultdict(lambda: defaultdict(dict))
+    for entry in report["set"]:
+        ((setting, value),) = entry["set"].items()
+        expected[entry["layer"]][setting][entry["path"]] = value
+    return expected
+
+
+def _implied_comm(nodes: list[Node], cells: dict[str, dict]) -> dict[str, bool]:
+    """Cell.recompute(mp_comm_recompute=v) sets recompute_comm_op=v on every primitive of the cell."""
+    implied = {}
+    for cell, options in cells.items():
+        if "mp_comm_recompute" in options:
+            implied.update({node.path: options["mp_comm_recompute"] for node in nodes
+                            if node.path and _under(node.cell_path, cell)})
+    return implied
+
+
+def _check_attribute(check: LayerCheck, nodes: list[Node], producers: dict, wanted: dict, name: str,
+                     read) -> set[str]:
+    """Check every `name` mark in the layer; return the planned paths whose mark is in the graph."""
+    witnessed = set()
+    for node in nodes:
+        found = read(node)
+        if found is None:
+            continue
+        if wanted.get(node.path) == found:
+            witnessed.add(node.path)
+            continue
+        source = _fused_from(node, producers, wanted, found)
+        if source is not None:
+            witnessed.add(source)
+            check.notes.append(f"{node.path} carries the {name} mark of {source}: MindSpore fused the two "
+                               "operators while compiling")
+        elif node.path in wanted:
+            check.disagreements.append(f"{node.path}: {name}={found} in the graph, the plan set {wanted[node.path]}")
+        else:
+            check.disagreements.append(f"{node.path or node.op}: {name}={found} in the graph, not set by the plan")
+    return witnessed
+
+
+def _fused_from(node: Node, producers: dict, wanted: dict, found) -> str | None:
+    """The planned primitive whose mark a fused node inherited: same operator name, fed by its cell.
+
+    `Linear` reshapes its output with the same primitive it reshapes its input with; the
+    compiler fuses that output reshape with the next reshape of the parent cell, which then
+    shows the parent's scope but the Linear primitive's attributes.
+    """
+    for ref in node.inputs:
+        producer = producers.get((node.graph, ref))
+        if producer is None:
+            continue
+        candidate = f"{producer.cell_path}.{node.instance}" if producer.cell_path else node.instance
+        if candidate != node.path and wanted.get(candidate) == found:
+            return candidate
+    return None
+
+
+def _check_rules_left_marks(check: LayerCheck, witnessed: dict[str, set[str]], report: dict, layer: int) -> None:
+    by_rule: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for entry in report["set"]:
+        if entry["layer"] == layer and entry["target"] == "primitive":
+            by_rule[(entry["rule"], next(iter(entry["set"])))].append(entry["path"])
+    for (rule, setting), paths in by_rule.items():
+        if not witnessed[setting].intersection(paths):
+            check.disagreements.append(f"{rule}: none of its {len(paths)} operators carries {setting} in the graph")
+
+
+def _check_cells(check: LayerCheck, nodes: list[Node], cells: dict[str, dict]) -> None:
+    scoped = {node.cell_path for node in nodes if node.in_recompute_scope}
+    for cell in cells:
+        if not any(_under(path, cell) for path in scoped):
+            check.disagreements.append(f"{cell or 'the layer'}: recomputed by the plan, no recompute_ scope in the graph")
+    stray = sorted(path for path in scoped if not any(_under(path, cell) for cell in cells))
+    if stray:
+        check.disagreements.append(f"recompute_ scope on {', '.join(stray)}, which the plan does not recompute")
+
+
+def _check_effect(check: LayerCheck, copies: list[Node], want: dict) -> None:
+    for cell in want["recompute_cell"]:
+        if not any(_under(node.cell_path, cell) for node in copies):
+            check.notes.append(f"{cell or 'the layer'} is marked for recompute, but the graph has no recompute "
+                               "copy of it: it saves no memory here")
+    copied = {node.path for node in copies}
+    for path, on in want["recompute"].items():
+        inside_cell = any(_under(path, cell) for cell in want["recompute_cell"])
+        if on and path not in copied and not inside_cell:
+            check.notes.append(f"{path} is marked for recompute, but the graph has no recompute copy of it "
+                               "(its consumers keep their own inputs): it saves no memory here")
+
+
+def _check_rule2(check: LayerCheck, nodes: list[Node], consumers: dict) -> None:
+    for node in nodes:
+        if not node.offload:
+            continue
+        if node.recomputed:
+            check.disagreements.append(f"{node.path}: both offloaded and recomputed (rule 1 was not enforced)")
+            continue
+        users = [user for user in consumers.get((node.graph, node.ref), []) if user.op not in _NOT_CONSUMERS]
+        recomputing = sorted({_label(user) for user in users if user.recomputed or user.duplicated})
+        if recomputing:
+            check.rule2.append(f"layer {check.layer}: the offload of {node.path} does not take effect: its output "
+                               f"is consumed by recomputed {', '.join(recomputing)} (rule 2)")
+
+
+def _label(node: Node) -> str:
+    operator = node.op.removeprefix("PrimFunc_")
+    return node.path or (f"{node.cell_path} ({operator})" if node.cell_path else operator)
+
+
+def _under(path: str, cell: str) -> bool:
+    return cell == "" or path == cell or path.startswith(cell + ".")
+
+
+def verify_table(result: VerifyResult) -> str:
+    lines = [f"{result.config}: compiled the training graph without running it in {result.seconds} s "
+             f"({result.nodes} IR nodes)"]
+    rows = [["layer", "recompute (plan)", "recompute copies", "offloaded ops by prefetch", "comm ops", "rule-2",
+             "agrees"]]
+    compressing = any(check.compressed for check in result.layers)
+    if compressing:
+        rows[0].insert(-1, "compressed (backward reads only the copy)")
+    for check in result.layers:
+        offload = ", ".join(f"{count} @ {prefetch}" for prefetch, count in sorted(check.offloaded.items())) or "-"
+        rows.append([str(check.layer), ", ".join(check.recompute) or "-", str(check.copies), offload,
+                     str(check.comm or "-"), str(len(check.rule2) or "-"), "no" if check.disagreements else "yes"])
+        if compressing:
+            rows[-1].insert(-1, ", ".join(check.compressed) or "-")
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    for check in result.layers:
+        lines += [f"disagreement: layer {check.layer}: {item}" for item in check.disagreements]
+        lines += [f"conflict: {item}" for item in check.rule2]
+        lines += [f"note: layer {check.layer}: {item}" for item in check.notes]
+    verdict = "the compiled graph agrees with the plan" if result.agrees else "the compiled graph DISAGREES with the plan"
+    lines.append(f"{verdict}; {len(result.rule2)} rule-2 conflict(s)")
+    return "\n".join(lines)
