@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..config.errors import ConfigIssue
+from ..config.match import Match, Where, matches_or_issue, primitives_only
 from ..config.plan import LayerPlan, SwapUse, Use
 from ..config.rules import Kind, Origin, RecomputeOptions
 from ..models.family import ModelFamily
 from . import cells
-from .match import Match, find_matches
 
 Setting = Literal["recompute_cell", "recompute", "recompute_comm_op", "offload"]
 
@@ -73,7 +73,7 @@ def layer_actions(plan: LayerPlan, layer: Any, options: RecomputeOptions, family
         for use in plan.uses(kind):
             matches = _matches(family, layer, plan.layer, use.pattern, use.origin, file, issues)
             if kind is not Kind.SELECT:
-                matches = _primitives_only(matches, kind, plan.layer, use, file, issues)
+                matches = primitives_only(matches, kind.value, plan.layer, use.pattern, Where(file, use.origin), issues)
             result.matched.setdefault(kind, []).append((use, matches))
             result.recompute += _recompute_actions(kind, plan.layer, use, matches)
     result.recompute = _final_settings(result.recompute)
@@ -96,25 +96,7 @@ def _final_settings(actions: list[Action]) -> list[Action]:
 
 def _matches(family: ModelFamily, layer: Any, index: int, pattern: str, origin: Origin, file: str,
              issues: list[ConfigIssue]) -> list[Match]:
-    matches, miss = find_matches(layer, pattern)
-    if miss is not None:
-        issues.append(ConfigIssue(file=file, line=origin.line, path=origin.key,
-                                  message=f"pattern `{pattern}` matches nothing in layer {index}: {miss.describe()}",
-                                  hint=family.pattern_hint(pattern) or miss.hint()))
-    return matches
-
-
-def _primitives_only(matches: list[Match], kind: Kind, index: int, use: Use, file: str,
-                     issues: list[ConfigIssue]) -> list[Match]:
-    found = [match for match in matches if match.target == "primitive"]
-    if matches and not found:
-        cell_names = ", ".join(match.path for match in matches)
-        issues.append(ConfigIssue(
-            file=file, line=use.origin.line, path=use.origin.key,
-            message=f"pattern `{use.pattern}` names only cells in layer {index} ({cell_names}), but {kind.value} "
-                    "sets an attribute of primitive operators",
-            hint=f"name operators inside, e.g. `{use.pattern}\\.<operator>`"))
-    return found
+    return matches_or_issue(layer, index, pattern, Where(file, origin), issues, family.pattern_hint)
 
 
 def _recompute_actions(kind: Kind, index: int, use: Use, matches: list[Match]) -> list[Action]:

@@ -1,8 +1,6 @@
 """The few things mf_memopt does to MindSpore cells and primitives, in one place.
 
-Cells are walked through `_cells` and `_primitives`, the same registries MindSpore's own
-`Cell.offload` and `Cell.recompute` use; nothing else of a cell is ever looked at, so a
-pattern can never reach a dunder, a method or a non-primitive attribute. Tests pass fake
+Cells are walked as trees (`config.tree`: `_cells` and `_primitives` only). Tests pass fake
 cells that offer the same attributes.
 """
 
@@ -11,15 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from ..config.tree import children, join, primitives
+
+__all__ = ["children", "join", "primitives"]
+
 Prefetch = int | str
-
-
-def children(cell: Any) -> list[tuple[str, Any]]:
-    return [(name, child) for name, child in cell._cells.items() if child is not None]
-
-
-def primitives(cell: Any) -> list[tuple[str, Any]]:
-    return [(name, prim) for name, prim in cell._primitives.items() if prim is not None]
 
 
 def walk_primitives(cell: Any, prefix: str = "") -> Iterator[tuple[str, Any, tuple[Any, ...]]]:
@@ -39,10 +33,6 @@ def walk_cells(cell: Any) -> Iterator[Any]:
     yield cell
     for _, child in children(cell):
         yield from walk_cells(child)
-
-
-def join(prefix: str, name: str) -> str:
-    return f"{prefix}.{name}" if prefix else name
 
 
 def type_name(obj: Any) -> str:

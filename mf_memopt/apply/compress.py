@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config.errors import ConfigIssue
+from ..config.match import Where, cells_only, matches_or_issue
 from ..config.plan import CompressUse
 from ..models.compression import Compression
 from . import cells
-from .match import find_matches
 
 
 @dataclass(slots=True)
@@ -71,16 +71,9 @@ def compress_actions(uses: tuple[CompressUse, ...], index: int, layer: Any, comp
 
 
 def _targets(layer, index, use, compression: Compression, file, issues):
-    matches, miss = find_matches(layer, use.pattern)
-    if miss is not None:
-        issues.append(_issue(file, use, f"pattern `{use.pattern}` matches nothing in layer {index}: "
-                             f"{miss.describe()}", miss.hint()))
-    for match in matches:
-        if match.target != "cell":
-            issues.append(_issue(file, use, f"pattern `{use.pattern}` names the operator {match.path} in layer "
-                                 f"{index}; op_compress names Linear cells, whose saved input it compresses",
-                                 f"name the cell, e.g. '{compression.example}'"))
-            continue
+    where = Where(file, use.origin)
+    matches = matches_or_issue(layer, index, use.pattern, where, issues)
+    for match in cells_only(matches, index, use.pattern, compression.example, where, issues):
         parent_path, _, name = match.path.rpartition(".")
         owner_path, _, parent_name = parent_path.rpartition(".")
         grandparent = (_cell_at(layer, owner_path), parent_name) if parent_path else None

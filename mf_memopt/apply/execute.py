@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..config.errors import ConfigError, ConfigIssue, key_path
+from ..config.match import merge_layers
 from ..config.plan import Plan
 from ..config.render import formative_lines
 from . import cells
@@ -23,7 +23,6 @@ from .actions import Action, LayerActions, Skip, layer_actions
 from .compress import CompressAction, compress_actions, compress_line, install
 from .logs import LOGGER, layer_lines
 
-_IN_LAYER = re.compile(r"in layer (\d+)")
 CPU_OFFLOAD_NOTE = ("Offload attributes are recorded in the compiled graph, but only the Ascend backend moves "
                     "activations to host memory: on {device} nothing is swapped")
 
@@ -58,11 +57,11 @@ def apply_plan(plan: Plan, model_or_layers: Any, *, device_target: str | None = 
     compressed = [compress_actions(layer_plan.op_compress, layer_plan.layer, layer, compression, plan.file, issues)
                   if layer_plan.op_compress else [] for layer_plan, layer in zip(plan.layers, layers)]
     if any(issue.severity == "error" for issue in issues):
-        raise ConfigError(_merge_layers([issue for issue in issues if issue.severity == "error"]))
+        raise ConfigError(merge_layers([issue for issue in issues if issue.severity == "error"]))
     device = device_target or _current_device()
     lines = _log(formative_lines(plan))
     lines += _log([warning.render() for warning in plan.warnings], logging.WARNING)
-    lines += _log([issue.render() for issue in _merge_layers(issues)], logging.WARNING)
+    lines += _log([issue.render() for issue in merge_layers(issues)], logging.WARNING)
     lines += _log([f"Resolved: {conflict.message()}" for conflict in plan.conflicts])
     install([action for actions in compressed for action in actions], compression)
     for actions, compress in zip(per_layer, compressed):
@@ -108,26 +107,6 @@ def _execute(actions: LayerActions) -> None:
             cells.set_comm_recompute(action.obj, action.value)
     for action in actions.offload:
         cells.offload_primitive(action.obj, action.value)
-
-
-def _merge_layers(issues: list[ConfigIssue]) -> list[ConfigIssue]:
-    """One issue per problem, naming every layer it occurs in, instead of one per layer."""
-    layers: dict[tuple, list[str]] = {}
-    first: dict[tuple, ConfigIssue] = {}
-    for issue in issues:
-        match = _IN_LAYER.search(issue.message)
-        key = (issue.file, issue.line, issue.path, _IN_LAYER.sub("in layer {}", issue.message), issue.hint)
-        layers.setdefault(key, []).append(match.group(1) if match else "")
-        first.setdefault(key, issue)
-    merged = []
-    for key, numbers in layers.items():
-        issue = first[key]
-        if len(numbers) > 1:
-            message = key[3].replace("in layer {}", f"in layers {', '.join(numbers)}")
-            issue = ConfigIssue(file=issue.file, line=issue.line, path=issue.path, message=message, hint=issue.hint,
-                                severity=issue.severity)
-        merged.append(issue)
-    return merged
 
 
 def _log(lines: list[str], level: int = logging.INFO) -> list[str]:

@@ -1,6 +1,7 @@
 """`load_plan`: from a training YAML to a validated, normalised, resolved `Plan`.
 
-load (YAML + lines) -> family -> validate (schemas) -> layout -> normalise (rules) -> checks -> resolve.
+load (YAML + lines) -> family -> validate (schemas) -> layout -> normalise (rules) -> checks -> resolve
+-> patterns against the family's recorded layer, where it has one.
 Every stage adds to one list of issues; errors are raised together at the end.
 """
 
@@ -14,6 +15,7 @@ from ..models import family_of
 from .checks import context_issues
 from .errors import ConfigError, ConfigIssue, key_path, raise_if_errors, unique
 from .interactions import resolve
+from .layer_check import layer_issues
 from .layout import PIPELINE_STAGE, layout_from
 from .normalise import normalise
 from .plan import Plan
@@ -45,6 +47,9 @@ def plan_source(source: Source, *, strict: bool = False) -> Plan:
     assert layout is not None and rules is not None  # every path that yields None reports an error
     warnings = [issue for issue in issues if issue.severity == "warning"]
     plan = resolve(rules, layout, family=family, file=source.file, warnings=warnings)
+    tree = family.layer_tree(source)
+    if tree is not None:
+        raise_if_errors(layer_issues(plan, tree))
     if strict and plan.conflicts:
         raise ConfigError([_conflict_issue(source, conflict) for conflict in plan.conflicts])
     return plan

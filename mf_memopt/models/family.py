@@ -73,6 +73,11 @@ class ModelFamily:
         """Warnings when swap is asked for a model outside the documented scope."""
         raise NotImplementedError
 
+    def layer_tree(self, source: Source) -> Any:
+        """The decoder layer the YAML builds, as recorded from a real model (`config.tree.RecordedCell`), or None
+        when the family has not recorded it: `validate` matches the patterns against it."""
+        raise NotImplementedError
+
     def pattern_hint(self, pattern: str) -> str | None:
         """A hint for a default pattern that matches nothing in this model (why, and what to name)."""
         raise NotImplementedError

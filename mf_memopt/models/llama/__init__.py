@@ -50,6 +50,11 @@ class LlamaFamily(ModelFamily):
     def swap_scope_issues(self, source: Source) -> list[ConfigIssue]:
         return checks.swap_scope_issues(source)
 
+    def layer_tree(self, source: Source) -> Any:
+        from .layers import layer_tree
+
+        return layer_tree(source)
+
     def pattern_hint(self, pattern: str) -> str | None:
         return _PATTERN_HINTS.get(pattern)
 
