@@ -171,8 +171,9 @@ def _write(tmp_path: Path, content) -> Path:
 
 
 def _run(command: str, path: Path, capsys) -> tuple[int, list[str], list[str]]:
+    extra = ["--device-memory", "1GiB"] if command == "auto" else []
     with _bounded():
-        code = main([command, str(path)])
+        code = main([command, str(path), *extra])
     out, err = capsys.readouterr()
     return code, out.splitlines(), err.splitlines()
 
@@ -195,7 +196,7 @@ def test_hostile_input_gets_one_clear_answer(tmp_path, capsys, content, expected
         assert first[0].startswith(where), first[0]
         if key is not None:
             assert f": {key}: " in first[0], first[0]
-    for command in ("plan", "estimate"):
+    for command in ("plan", "estimate", "auto"):  # every command reads through the same reader
         other, _, other_err = _run(command, path, capsys)
         assert other in (0, 1)
         if code == 1:  # the same input fails the same way

@@ -127,3 +127,20 @@ def test_a_conflict_with_an_inherited_rule_names_its_file(tmp_path):
         "layers 0, 1, 2, 3: full recompute (recompute_config.recompute, line 3) wins over select recompute "
         f"`feed_forward` (recompute_config.select_recompute[0], {tmp_path / 'base.yaml'} line 7), which is dropped "
         "there [full-recompute-over-select]"]
+
+
+def test_auto_plans_a_config_that_inherits_and_writes_its_bases_relative_to_the_output(tmp_path, capsys):
+    """`auto` reads through the same loader as every command: the inherited model and sections count, and the
+    planned YAML names its base relative to where it is written."""
+    from mf_memopt.cli import main
+
+    tiny = (Path(__file__).resolve().parents[1] / "configs/llama_tiny.yaml").read_text()
+    _files(tmp_path, {"bases/tiny.yaml": tiny,
+                      "runs/child.yaml": "base_config: ../bases/tiny.yaml\nrecompute_config:\n  recompute: True\n"})
+    out = tmp_path / "planned" / "deeper" / "auto.yaml"
+    out.parent.mkdir(parents=True)
+    assert main(["auto", str(tmp_path / "runs/child.yaml"), "--runtime", "cpu", "--device-memory", "60MiB",
+                 "-o", str(out)]) == 0, capsys.readouterr().err
+    assert "base_config: '../../bases/tiny.yaml'" in out.read_text().splitlines()
+    assert load_source(out).get(("model", "model_config", "hidden_size")) == 256
+    assert load_plan(out).num_layers == 4

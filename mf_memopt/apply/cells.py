@@ -6,47 +6,23 @@ cells that offer the same attributes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-from ..config.tree import children, join, primitives
+from ..config.tree import (
+    children,
+    is_recompute_scoped,
+    join,
+    primitive_recompute,
+    primitives,
+    type_name,
+    walk_cells,
+    walk_primitives,
+)
 
-__all__ = ["children", "join", "primitives"]
+__all__ = ["children", "is_recompute_scoped", "join", "primitive_recompute", "primitives", "type_name", "walk_cells",
+           "walk_primitives"]
 
 Prefetch = int | str
-
-
-def walk_primitives(cell: Any, prefix: str = "") -> Iterator[tuple[str, Any, tuple[Any, ...]]]:
-    """(dotted path, primitive, ancestor cells from `cell` down) for every primitive below `cell`."""
-    yield from _walk(cell, prefix, (cell,))
-
-
-def _walk(cell: Any, prefix: str, ancestors: tuple[Any, ...]) -> Iterator[tuple[str, Any, tuple[Any, ...]]]:
-    for name, prim in primitives(cell):
-        yield join(prefix, name), prim, ancestors
-    for name, child in children(cell):
-        yield from _walk(child, join(prefix, name), (*ancestors, child))
-
-
-def walk_cells(cell: Any) -> Iterator[Any]:
-    """`cell` and every cell below it."""
-    yield cell
-    for _, child in children(cell):
-        yield from walk_cells(child)
-
-
-def type_name(obj: Any) -> str:
-    return type(obj).__name__
-
-
-def is_recompute_scoped(cell: Any) -> bool:
-    """Whether `Cell.recompute` already marked this cell (its scope gets a `recompute_` prefix)."""
-    return bool(getattr(cell, "_has_config_recompute", False))
-
-
-def primitive_recompute(prim: Any) -> bool | None:
-    value = prim.attrs.get("recompute")
-    return None if value is None else bool(value)
 
 
 def recompute_cell(cell: Any, **options: bool) -> None:

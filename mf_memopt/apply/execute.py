@@ -14,13 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..config.actions import Action, LayerActions, Skip, layer_actions
+from ..config.compress_actions import CompressAction, compress_actions
 from ..config.errors import ConfigError, ConfigIssue, key_path
 from ..config.match import merge_layers
 from ..config.plan import Plan
 from ..config.render import formative_lines
 from . import cells
-from .actions import Action, LayerActions, Skip, layer_actions
-from .compress import CompressAction, compress_actions, compress_line, install
+from .compress import compress_line, install
 from .logs import LOGGER, layer_lines
 
 CPU_OFFLOAD_NOTE = ("Offload attributes are recorded in the compiled graph, but only the Ascend backend moves "

@@ -15,31 +15,15 @@ Unlike MindFormers, every match is logged, not only the last one of a pattern.
 from __future__ import annotations
 
 import logging
-import os
-import sys
 
+from ..config.actions import LayerActions
 from ..config.patterns import compile_pattern
 from ..config.rules import Kind
-from .actions import LayerActions
 
-LOGGER = logging.getLogger("mf_memopt")
+LOGGER = logging.getLogger("mf_memopt")   # configured by the runtime (`runtime.environment`)
 
 _LABELS = {Kind.SELECT: "select recompute", Kind.COMM: "select comm recompute",
            Kind.EXCLUDE: "select recompute exclude", Kind.COMM_EXCLUDE: "select comm recompute exclude"}
-
-
-def configure_logging(level: int = logging.INFO) -> None:
-    """Print mf_memopt's lines to stdout (msrun captures it per worker), tagged with the rank."""
-    if any(getattr(handler, "_mf_memopt", False) for handler in LOGGER.handlers):
-        return
-    rank = os.environ.get("RANK_ID") or os.environ.get("MS_NODE_ID") or "0"
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(logging.Formatter(
-        f"%(asctime)s - mf_memopt[rank {rank}][%(filename)s:%(lineno)d] - %(levelname)s - %(message)s"))
-    handler._mf_memopt = True  # type: ignore[attr-defined]
-    LOGGER.addHandler(handler)
-    LOGGER.setLevel(level)
-    LOGGER.propagate = False
 
 
 def layer_lines(actions: LayerActions) -> list[str]:

@@ -19,14 +19,16 @@ overhead is at most the optimum plus (estimated - searched) time; both are repor
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..config.errors import ConfigIssue, raise_if_errors
+from ..config.inherit import BASE_CONFIG
 from ..config.load import plan_source
 from ..config.plan import Plan
-from ..config.source import Source, parse_yaml
+from ..config.source import Source, load_source, parse_yaml
 from ..estimate.core import Estimate, estimate_source
 from ..estimate.spec import read_spec
 from ..estimate.transfer import Hardware
@@ -86,9 +88,8 @@ def auto_plan(config: str | Path, *, budget: int, runtime: str = "ascend", host_
               output_name: str | None = None) -> AutoPlan:
     """Plan `config` for `budget` bytes of device memory per stage; raises `InfeasibleBudget` or `ConfigError`."""
     path = Path(config)
-    text = path.read_text(encoding="utf-8")
-    source = parse_yaml(text, str(path))
-    context = _Context.read(source, runtime, hardware or Hardware(device_memory=budget), text,
+    source = load_source(path)          # the guarded reader, base_config followed, as every command reads
+    context = _Context.read(source, runtime, hardware or Hardware(device_memory=budget), source.text,
                             output_name or str(path))
     references = {"nothing": context.estimate_of(context.uniform(KEEP)),
                   "full recompute": context.estimate_of(context.uniform(Choice(full=True)))}
@@ -143,11 +144,17 @@ class _Context:
 
     def text_of(self, assignment: Assignment, header: list[str] | None = None) -> str:
         original = self.source.get(("recompute_config",)) or {}
-        return replace_sections(self.text, sections(assignment, self.plan.layout, original,
-                                                    self.plan.family.auto_cells), header or [])
+        new = sections(assignment, self.plan.layout, original, self.plan.family.auto_cells)
+        return replace_sections(self.text, {**new, **self._bases()}, header or [])
 
-    def estimate_text(self, text: str) -> Estimate:
-        return estimate_source(parse_yaml(text, self.output_name), runtime=self.runtime, hardware=self.hardware)
+    def _bases(self) -> dict:
+        """`base_config` written relative to where the planned YAML goes, when it goes to another folder."""
+        bases = parse_yaml(self.text, self.source.file).data.get(BASE_CONFIG)
+        here, there = Path(self.source.file).parent, Path(self.output_name).parent
+        if bases is None or here.resolve() == there.resolve():
+            return {}
+        moved = [os.path.relpath(here / name, there) for name in (bases if isinstance(bases, list) else [bases])]
+        return {BASE_CONFIG: moved if isinstance(bases, list) else moved[0]}
 
     def estimate_of(self, assignment: Assignment) -> Estimate:
         """The estimate of the YAML with these sections (built as a mapping: no text round trip)."""

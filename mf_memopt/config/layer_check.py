@@ -12,51 +12,33 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from .actions import layer_actions
+from .compress_actions import compress_actions
 from .errors import ConfigIssue
-from .match import Where, cells_only, matches_or_issue, merge_layers, primitives_only
-from .plan import Plan
-from .rules import Kind
+from .match import merge_layers
+from .plan import LayerPlan, Plan
 
 
 def layer_issues(plan: Plan, tree: Any) -> list[ConfigIssue]:
-    """Every problem of the plan's patterns in the recorded layer, named per layer as `apply` names them.
-
-    All decoder layers of a model have the same cells: each rule's pattern is matched once, in the first
-    layer that uses it, and its problems are repeated for the other layers.
-    """
-    first: dict[tuple, tuple[int, list[ConfigIssue]]] = {}
+    """The errors `apply` would find in every layer, found on the recorded layer, named per layer as `apply`
+    names them. All decoder layers of a model have the same cells: layers with the same rules are resolved
+    once, and the problems repeated for each of them."""
+    resolved: dict[LayerPlan, tuple[int, list[ConfigIssue]]] = {}
     issues: list[ConfigIssue] = []
     for layer in plan.layers:
-        for what, use in _uses(layer):
-            where = Where(plan.file, use.origin)
-            key = (what, use.pattern, where)
-            if key not in first:
-                found: list[ConfigIssue] = []
-                _check(what, tree, layer.layer, use.pattern, where, found, plan.family)
-                first[key] = (layer.layer, found)
-            index, found = first[key]
-            issues += [issue if layer.layer == index else
-                       replace(issue, message=issue.message.replace(f"in layer {index}", f"in layer {layer.layer}", 1))
-                       for issue in found]
-    return merge_layers(issues)
+        rules = replace(layer, layer=0, stage=0, chunk=0)
+        if rules not in resolved:
+            resolved[rules] = (layer.layer, _issues(plan, layer, tree))
+        first, found = resolved[rules]
+        issues += [issue if layer.layer == first else
+                   replace(issue, message=issue.message.replace(f"in layer {first}", f"in layer {layer.layer}", 1))
+                   for issue in found]
+    return merge_layers([issue for issue in issues if issue.severity == "error"])
 
 
-def _uses(layer: Any):
-    """(what the rule sets, its use) for every pattern rule of a layer's plan."""
-    for kind in Kind:
-        for use in layer.uses(kind):
-            yield kind, use
-    for use in layer.op_swap:
-        yield "op_swap", use
-    for use in layer.op_compress:
-        yield "op_compress", use
-
-
-def _check(what: Kind | str, tree: Any, index: int, pattern: str, where: Where, issues: list[ConfigIssue],
-           family: Any) -> None:
-    hint = family.pattern_hint if what != "op_compress" else (lambda pattern: None)
-    matches = matches_or_issue(tree, index, pattern, where, issues, hint)
-    if what == "op_compress":
-        cells_only(matches, index, pattern, family.compression.example, where, issues)
-    elif isinstance(what, Kind) and what is not Kind.SELECT:
-        primitives_only(matches, what.value, index, pattern, where, issues)
+def _issues(plan: Plan, layer: LayerPlan, tree: Any) -> list[ConfigIssue]:
+    issues: list[ConfigIssue] = []
+    layer_actions(layer, tree, plan.rules.options, plan.family, plan.file, issues)
+    if layer.op_compress:
+        compress_actions(layer.op_compress, layer.layer, tree, plan.family.compression, plan.file, issues)
+    return issues

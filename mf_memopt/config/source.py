@@ -35,6 +35,7 @@ class Source:
     lines: Mapping[KeyPath, int] = field(default_factory=dict)
     files: Mapping[KeyPath, str] = field(default_factory=dict)
     warnings: tuple[ConfigIssue, ...] = ()
+    text: str = ""              # the top file's text, as read (what `auto` rewrites)
 
     def _located(self, path: KeyPath) -> KeyPath | None:
         for end in range(len(path), 0, -1):
@@ -79,9 +80,11 @@ def load_source(config: str | Path | Mapping[str, Any]) -> Source:
         return Source(file="<mapping>", data=dict(config))
     top = str(config)
     issues: list[ConfigIssue] = []
+    texts: dict[str, str] = {}
 
     def load(path: str) -> Document:
         text, notes = decode(read_bytes(path), path)
+        texts.setdefault(path, text)
         parsed = _parse(text, path, notes, from_file=True)
         issues.extend(parsed[2])
         return Document(parsed[0], {key: (path, line) for key, line in parsed[1].items()})
@@ -92,7 +95,7 @@ def load_source(config: str | Path | Mapping[str, Any]) -> Source:
     lines = {path: line for path, (_, line) in document.locations.items()}
     files = {path: file for path, (file, _) in document.locations.items() if file != top}
     return Source(file=top, data=document.data, lines=lines, files=files,
-                  warnings=tuple(issue for issue in issues if issue.severity == "warning"))
+                  warnings=tuple(issue for issue in issues if issue.severity == "warning"), text=texts[top])
 
 
 def parse_bytes(raw: bytes, file: str) -> Source:
@@ -111,7 +114,7 @@ def _source(text: str, file: str, notes: list[ConfigIssue]) -> Source:
     errors = [issue for issue in issues if issue.severity == "error"]
     if errors:
         raise ConfigError(errors)
-    return Source(file=file, data=data, lines=lines, warnings=tuple(issues))
+    return Source(file=file, data=data, lines=lines, warnings=tuple(issues), text=text)
 
 
 def _parse(text: str, file: str, notes: list[ConfigIssue], *, from_file: bool) -> tuple[dict, dict, list[ConfigIssue]]:

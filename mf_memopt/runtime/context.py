@@ -9,12 +9,13 @@ not run on CPU.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 from ..apply.logs import LOGGER
+from .environment import LAZY_INLINE_NO_PIPELINE, lazy_inline_without_pipeline, under_launcher
+from .errors import LaunchError
 
 # Applied on every backend; everything else in `context:` is passed through on Ascend only.
 PORTABLE_KEYS = ("mode", "max_call_depth", "jit_config", "memory_optimize_level", "device_target", "device_id",
@@ -78,9 +79,9 @@ def _drop_ascend_keys(section: Any, device: str, written: Collection[str]) -> No
 
 
 def _require_launcher() -> None:
-    if "MS_ROLE" not in os.environ and "RANK_TABLE_FILE" not in os.environ:
-        raise SystemExit("--use_parallel True needs a distributed launcher: run it through "
-                         "scripts/msrun_launcher.sh (or msrun)")
+    if not under_launcher():
+        raise LaunchError("--use_parallel True needs a distributed launcher: run it through "
+                          "scripts/msrun_launcher.sh (or msrun)")
 
 
 def _cpu_data_parallel(config: Any) -> None:
@@ -96,9 +97,8 @@ def lazy_inline_policy(swap: bool, pipeline_stages: int, device: str) -> None:
     if not swap or pipeline_stages > 1:
         return
     if device == "Ascend":
-        if os.environ.get("ENABLE_LAZY_INLINE_NO_PIPELINE") != "1":
-            os.environ["ENABLE_LAZY_INLINE_NO_PIPELINE"] = "1"
-            LOGGER.info("swap without pipeline parallelism: set ENABLE_LAZY_INLINE_NO_PIPELINE=1 (lazy_inline on)")
+        if lazy_inline_without_pipeline():
+            LOGGER.info(f"swap without pipeline parallelism: set {LAZY_INLINE_NO_PIPELINE}=1 (lazy_inline on)")
         return
     LOGGER.info(f"lazy_inline stays off on {device}: the {device} backend cannot run lazy_inline graphs. "
                 "Swap only takes effect on Ascend, inside lazy_inline cells")

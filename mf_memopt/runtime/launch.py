@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..apply.logs import LOGGER, configure_logging
+from ..apply.logs import LOGGER
 from ..config.errors import ConfigError
 from ..config.source import load_source
 from . import interrupt
-from .outputs import OutputError, check_output_dir, report_name, worker_output, write_report, written_files
+from .environment import configure_logging, point_mindformers_at
+from .errors import LaunchError
+from .outputs import check_output_dir, report_name, worker_output, write_report, written_files
 from .quiet import quiet_mindformers
 from .train import Progress
 
@@ -50,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(error.render(), file=sys.stderr)
         return 1
-    except OutputError as error:
+    except LaunchError as error:
         print(f"run_mindformer_memopt.py: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -128,15 +129,14 @@ def _run(args: argparse.Namespace, state: _State) -> int:
 
 
 def _mindformers_paths(output: Path) -> None:
-    """MindFormers writes its logs under LOCAL_DEFAULT_PATH (else ./output): point it at the output directory."""
-    os.environ["LOCAL_DEFAULT_PATH"] = str(output)
+    point_mindformers_at(output)
     quiet_mindformers()
 
 
 def _register(path: str) -> None:
     directory = Path(path).resolve()
     if not directory.is_dir():
-        raise OutputError(f"--register_path {path} is not a directory")
+        raise LaunchError(f"--register_path {path} is not a directory")
     sys.path.insert(0, str(directory.parent))
     importlib.import_module(directory.name)
 

@@ -12,8 +12,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from .environment import msrun_workers, rank
+from .errors import LaunchError
 
-class OutputError(Exception):
+
+class OutputError(LaunchError):
     """The output directory cannot be used; raised before anything is built."""
 
 
@@ -35,19 +38,13 @@ def check_output_dir(path: Path) -> Path:
     return path
 
 
-def msrun_workers() -> int:
-    """How many workers msrun started (1 outside msrun)."""
-    return int(os.environ.get("MS_WORKER_NUM", "1") or 1)
-
-
 def worker_output(path: Path, *, use_parallel: bool) -> Path:
     """Where this process writes. Under msrun without use_parallel every worker trains its own copy of the
     model as rank 0 of 1; each then gets `worker_<id>/` under the output directory, or they would write the
     same checkpoint and report files at once."""
     if msrun_workers() <= 1 or use_parallel:
         return path
-    worker = os.environ.get("MS_NODE_ID") or os.environ.get("RANK_ID") or "0"
-    return path / f"worker_{worker}"
+    return path / f"worker_{rank()}"
 
 
 def report_name(rank: int, world_size: int) -> str:

@@ -14,9 +14,10 @@ MindFormers is imported, with that name and a class that filters only console ha
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections import Counter
+
+from .environment import mindformers_log_dir
 
 # message pattern -> why it is harmless (the reasons are printed in the summary line)
 HARMLESS = (
@@ -64,12 +65,6 @@ class _ConsoleQuietLogger(logging.Logger):
         if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
             handler.addFilter(FILTER)
         super().addHandler(handler)
-
-
-def mindformers_log_dir() -> str:
-    """The directory MindFormers' logger writes to (its own rule: LOG_MF_PATH, else <output>/log)."""
-    root = os.path.realpath(os.path.expanduser(os.getenv("LOCAL_DEFAULT_PATH", "./output")))
-    return os.path.expanduser(os.getenv("LOG_MF_PATH", os.path.join(root, "log")))
 
 
 def quiet_mindformers() -> None:

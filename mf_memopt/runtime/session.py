@@ -19,7 +19,8 @@ from ..config.source import Source, load_source
 from .build import BuiltModel, build_model, read_config
 from .context import RunContext, lazy_inline_policy, setup_context
 from .data import GENERATED, ensure_dataset
-from .outputs import msrun_workers
+from .environment import msrun_workers
+from .errors import LaunchError
 from .training_checks import training_issues
 
 
@@ -56,7 +57,7 @@ def check(source: Source, *, strict: bool = False, overrides: Overrides = Overri
     """Validate and plan the YAML, and check the training sections; raises one ConfigError."""
     plan = plan_source(source, strict=strict)
     if plan.layout.stages > 1:
-        raise SystemExit(f"{source.file}: pipeline_stage is {plan.layout.stages}; the launcher trains with data "
+        raise LaunchError(f"{source.file}: pipeline_stage is {plan.layout.stages}; the launcher trains with data "
                          "parallelism only (plan pipeline configs with `python -m mf_memopt plan`)")
     raise_if_errors(training_issues(source, device_target=_device_written(source), use_parallel=_parallel(
         source, overrides), dataset_dir=overrides.train_dataset_dir))
@@ -98,15 +99,15 @@ def use_parallel_of(source: Source, flag: bool | None) -> bool:
 
 
 def _device_written(source: Source) -> str:
-    """The device the run will use as far as the YAML says (setup_context may still fall back to CPU)."""
-    import mindspore as ms
+    """The device the run will use as far as the YAML says (setup_context may still fall back to CPU); nothing
+    is set here."""
+    from mindspore import hal
 
     wanted = source.get(("context", "device_target"), "CPU")
     try:
-        ms.set_device(wanted)
-    except (RuntimeError, ValueError, TypeError):
+        return wanted if isinstance(wanted, str) and hal.is_available(wanted) else "CPU"
+    except ValueError:       # a device name this MindSpore does not know
         return "CPU"
-    return wanted
 
 
 def _apply_overrides(config: Any, overrides: Overrides) -> None:

@@ -9,17 +9,17 @@ go to a directory beside it.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
+
+from ..runtime.environment import configure_logging, point_mindformers_at
 
 
 def main(argv: list[str]) -> int:
     config, report = argv
     scratch = Path(report).resolve().parent / "mindformers"
-    os.environ["LOCAL_DEFAULT_PATH"] = str(scratch)
+    point_mindformers_at(scratch)
 
-    from ..apply.logs import configure_logging
     from ..config.source import load_source
     from ..runtime.data import GENERATED
     from ..runtime.quiet import quiet_mindformers

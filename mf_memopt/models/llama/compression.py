@@ -12,22 +12,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...config.tree import type_name
 from ...estimate.inventory import MLP_DOWN_INPUT, MLP_INPUT
 from ..compression import Compression, Target
 
 _MLP = "feed_forward"
+RECORDED_ATTRIBUTES = ("expert_flag", "use_gmm", "transpose_b", "ffn_concat", "use_fused_swiglu")  # read above
 _SHARED_INPUT = {"w1": ("w3",), "w3": ("w1",)}
 
 
 def is_plain_linear(cell: Any) -> bool:
-    return (type(cell).__name__ == "Linear" and not getattr(cell, "expert_flag", True)
+    return (type_name(cell) == "Linear" and not getattr(cell, "expert_flag", True)
             and not getattr(cell, "use_gmm", True) and getattr(cell, "transpose_b", False))
 
 
 def is_llama_mlp(cell: Any) -> bool:
     names = {name for name, child in cell._cells.items() if child is not None}
     return ({"w1", "w2", "w3"} <= names and not getattr(cell, "ffn_concat", True)
-            and not getattr(cell, "use_fused_swiglu", True) and type(cell).__name__.endswith("FeedForward"))
+            and not getattr(cell, "use_fused_swiglu", True) and type_name(cell).endswith("FeedForward"))
 
 
 class LlamaCompression(Compression):

@@ -68,9 +68,10 @@ def record_variant(values: dict[str, bool]) -> dict:
     from mindformers.models.llama import LlamaConfig, LlamaForCausalLM
 
     from ...config.tree import record
+    from .compression import RECORDED_ATTRIBUTES
 
     model = LlamaForCausalLM(LlamaConfig(**_TINY, **values))
-    return record(model.model.layers[0])
+    return record(model.model.layers[0], RECORDED_ATTRIBUTES)
 
 
 def record_all() -> dict[str, Any]:

@@ -1,4 +1,7 @@
-"""From one layer's plan and its real cells to the exact attributes to set (nothing is set here).
+"""From one layer's plan and its cells to the exact attributes to set (nothing is set here).
+
+The cells are the built layer's (`apply` then sets the attributes) or the family's recorded layer
+(`validate` reports the same problems without building anything).
 
 The recompute actions come first; the offload actions are then computed per primitive, so
 that rule 1 of seed 001 (recompute beats swap) is enforced on the operators themselves:
@@ -10,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..config.errors import ConfigIssue
-from ..config.match import Match, Where, matches_or_issue, primitives_only
-from ..config.plan import LayerPlan, SwapUse, Use
-from ..config.rules import Kind, Origin, RecomputeOptions
 from ..models.family import ModelFamily
-from . import cells
+from . import tree as cells
+from .errors import ConfigIssue
+from .match import Match, Where, matches_or_issue, primitives_only
+from .plan import LayerPlan, SwapUse, Use
+from .rules import Kind, Origin, RecomputeOptions
 
 Setting = Literal["recompute_cell", "recompute", "recompute_comm_op", "offload"]
 
