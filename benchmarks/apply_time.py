@@ -133,8 +133,11 @@ def build_model() -> Any:
 
 
 def mindformers_parallel_config(case: Case) -> Any:
-    from mindformers.modules.transformer import (TransformerOpParallelConfig, TransformerRecomputeConfig,
-                                                 TransformerSwapConfig)
+    from mindformers.modules.transformer import (
+        TransformerOpParallelConfig,
+        TransformerRecomputeConfig,
+        TransformerSwapConfig,
+    )
 
     return TransformerOpParallelConfig(recompute=TransformerRecomputeConfig(**case.recompute),
                                        swap=TransformerSwapConfig(**case.swap))

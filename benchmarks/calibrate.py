@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import load_note, print_table
-from benchmarks.memory import REPO, VARIANTS, parse_log, write_variant, _launch, _slug
+from benchmarks.memory import REPO, VARIANTS, _launch, _slug, parse_log, write_variant
 
 CONFIGS = (REPO / "configs" / "llama_tiny.yaml", REPO / "benchmarks" / "llama_medium.yaml")
 CASES = {**VARIANTS, "full recompute, first 2 layers": {"recompute": [2], "select_recompute": False,

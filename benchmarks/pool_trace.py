@@ -31,7 +31,8 @@ _PREFIX = "Default/network-DataOrderWrapperCell/network-LlamaForCausalLM/"
 
 def replay(lines):
     """The package's replay (`mf_memopt.estimate.pool_log`), with this tool's exit on a log without allocations."""
-    from mf_memopt.estimate.pool_log import NoAllocations, replay as pool_replay
+    from mf_memopt.estimate.pool_log import NoAllocations
+    from mf_memopt.estimate.pool_log import replay as pool_replay
 
     try:
         return pool_replay(lines)

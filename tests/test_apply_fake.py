@@ -7,10 +7,9 @@ import logging
 from pathlib import Path
 
 import pytest
-
 from fakes import all_prims, llama_model, marks
-from mf_memopt import ConfigError, load_plan
-from mf_memopt import apply_plan
+
+from mf_memopt import ConfigError, apply_plan, load_plan
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

@@ -11,8 +11,8 @@ import yaml
 from mf_memopt.auto import auto_plan
 from mf_memopt.cli import main
 from mf_memopt.estimate import estimate_config
-from mf_memopt.models.llama import LLAMA
 from mf_memopt.estimate.report import human
+from mf_memopt.models.llama import LLAMA
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs/llama_tiny.yaml"

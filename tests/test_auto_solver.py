@@ -22,13 +22,13 @@ from mf_memopt.auto.planner import _Context
 from mf_memopt.auto.problem import stage_problems
 from mf_memopt.auto.writer import Assignment, sections
 from mf_memopt.config.load import load_plan, plan_source
+from mf_memopt.config.source import Source, parse_yaml
 from mf_memopt.estimate import estimate_config
 from mf_memopt.estimate.core import _estimate
-from mf_memopt.models.llama import LLAMA
-from mf_memopt.models.llama.inventory import layer_inventory, layer_ops
 from mf_memopt.estimate.spec import ParallelSpec
 from mf_memopt.estimate.transfer import Hardware
-from mf_memopt.config.source import Source, parse_yaml
+from mf_memopt.models.llama import LLAMA
+from mf_memopt.models.llama.inventory import layer_inventory, layer_ops
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB, GiB = 2**20, 2**30

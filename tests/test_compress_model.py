@@ -6,8 +6,6 @@ builds it, with mf_memopt's `apply_plan` installing the compressed cells.
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 import pytest
 import yaml

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from mf_memopt.runtime.data import main, synthetic_tokens, token_spec
 from mf_memopt.config.errors import ConfigError
 from mf_memopt.config.source import parse_yaml
+from mf_memopt.runtime.data import main, synthetic_tokens, token_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.mindspore                       # the runtime's tokens are NumPy arrays, which come with MindSpore
 def test_every_token_has_one_successor_so_the_sequences_are_learnable():
+    import numpy as np
+
     tokens = synthetic_tokens(16, 64, 50, seed=3)
     assert tokens.shape == (16, 65) and tokens.dtype == np.int32
     assert tokens.min() >= 1 and tokens.max() < 50            # 0 stays free for padding
@@ -40,6 +42,7 @@ def test_a_config_without_sizes_gets_one_error_naming_each_key():
 @pytest.mark.mindspore
 def test_the_command_writes_a_small_mindrecord_file_that_mindspore_reads(tmp_path, capsys):
     import mindspore.dataset as ds
+    import numpy as np
 
     target = tmp_path / "tokens.mindrecord"
     assert main([str(ROOT / "configs" / "llama_tiny.yaml"), "--out", str(target)]) == 0

@@ -12,13 +12,13 @@ from mf_memopt import load_plan
 from mf_memopt.cli import main
 from mf_memopt.estimate import Hardware, estimate_config
 from mf_memopt.estimate.effects import layer_effect
-from mf_memopt.models.llama import LLAMA
-from mf_memopt.models.llama.inventory import layer_inventory, layer_ops
-from mf_memopt.models.llama.spec import ffn_width
 from mf_memopt.estimate.memory import in_flight, stage_parameters
 from mf_memopt.estimate.report import parse_size
 from mf_memopt.estimate.spec import ModelSpec, ParallelSpec
 from mf_memopt.estimate.transfer import swap_timeline
+from mf_memopt.models.llama import LLAMA
+from mf_memopt.models.llama.inventory import layer_inventory, layer_ops
+from mf_memopt.models.llama.spec import ffn_width
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 2**20
@@ -229,3 +229,18 @@ def test_missing_model_dimensions_are_listed(capsys, monkeypatch):
         "model.model_config.hidden_size", "model.model_config.num_heads", "model.model_config.seq_length",
         "model.model_config.vocab_size"]
     assert all(line.endswith("missing: the estimate needs it (set " + line.split(": ")[1] + ")") for line in errors)
+
+
+def test_the_cpu_estimate_says_when_the_runtime_differs_from_the_one_it_was_measured_on(monkeypatch):
+    """The CPU terms are MindSpore 2.9's runtime choices; another installed version gets one note pointing at
+    --measure, and the measured one none."""
+    from mf_memopt.estimate.versions import installed
+
+    monkeypatch.setattr(LLAMA, "cpu_measured_on", {"pyyaml": installed("pyyaml"), "pytest": installed("pytest")})
+    assert not any("measured on" in note for note in estimate_config(ROOT / "configs/llama_tiny.yaml",
+                                                                      runtime="cpu").notes)
+    monkeypatch.setattr(LLAMA, "cpu_measured_on", {"mindspore": "2.8.0", "pytest": installed("pytest")})
+    notes = estimate_config(ROOT / "configs/llama_tiny.yaml", runtime="cpu").notes
+    assert any("measured on mindspore 2.8.0" in note and "check the estimate with `estimate --measure`" in note
+               for note in notes)
+    assert not any("measured on" in note for note in estimate_config(ROOT / "configs/llama_tiny.yaml").notes)  # ascend

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from mf_memopt.config.source import parse_yaml
 from mf_memopt.models.llama.backend import backend_issues
 from mf_memopt.runtime.outputs import OutputError, check_output_dir, write_report
-from mf_memopt.config.source import parse_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "llama_tiny.yaml"

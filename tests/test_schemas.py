@@ -55,8 +55,13 @@ def test_recompute_forms_switch_with_swap():
 
 
 def test_every_schema_file_is_one_the_package_uses():
-    """`schemas/` (a link to the packaged folder) holds exactly the schemas the config stage validates with."""
+    """The packaged schemas folder holds exactly the schemas the config stage validates with."""
     folder = Path(load_schema.__code__.co_filename).parents[1] / "schemas"
     assert sorted(path.name.removesuffix(".schema.json") for path in folder.glob("*.schema.json")) == \
         sorted(ALL_SCHEMAS)
-    assert (ROOT / "schemas").resolve() == folder.resolve()
+
+
+def test_the_repository_schemas_folder_is_the_package_one():
+    """`schemas/` is a link to `mf_memopt/schemas/`, so the documented schemas cannot drift from the packaged ones."""
+    assert (ROOT / "schemas").is_symlink()
+    assert (ROOT / "schemas").resolve() == (ROOT / "mf_memopt" / "schemas").resolve()

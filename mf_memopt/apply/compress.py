@@ -11,6 +11,8 @@ from . import cells
 
 def install(actions: list[CompressAction], compression: Compression) -> None:
     """Replace the cells (quantised ones first: a lossless parent adopts its children as they are then)."""
+    if not actions:
+        return
     from ..compress.codec import GroupCodec
 
     for action in actions:

@@ -65,7 +65,7 @@ class Choice:
 KEEP = Choice()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _features(full: bool, select: tuple[str, ...]) -> frozenset[str]:
     return frozenset(select) | ({FULL} if full else frozenset())
 

@@ -25,8 +25,8 @@ the choices) one on a second whole-stage sum.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..estimate.effects import LayerEffect, TensorFate
 from ..estimate.inventory import Saved
@@ -118,7 +118,8 @@ class PlannerMismatch(RuntimeError):
     """The estimator's cpu checkpoints no longer have the shape the search relies on."""
 
 
-def _checkpoints(family: ModelFamily, model: ModelSpec, effects: list[LayerEffect]) -> dict[tuple[str, int | None], int]:
+def _checkpoints(family: ModelFamily, model: ModelSpec,
+                 effects: list[LayerEffect]) -> dict[tuple[str, int | None], int]:
     """The estimator's cpu checkpoints by (kind, layer index or None)."""
     return {candidate.key: candidate.peak for candidate in family.cpu_checkpoints(model, effects)}
 
@@ -209,7 +210,8 @@ def cpu_terms(family: ModelFamily, model: ModelSpec, effects: dict, attention: d
             constants[(kind, index)] = value
     mask_n = {(kind, index): mask[(kind, 1 if index is not None else None)] for kind, index in full}
     terms = CpuTerms(kept=kept, extra=extra, at=at, constants=constants, mask=mask_n,
-                     kept_totals=frozenset(kept_totals), extra_totals=frozenset(extra_totals), attention=dict(attention))
+                     kept_totals=frozenset(kept_totals), extra_totals=frozenset(extra_totals),
+                     attention=dict(attention))
     _check(family, model, terms, effects, positions)
     return terms
 

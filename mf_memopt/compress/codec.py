@@ -86,7 +86,8 @@ class GroupCodec(nn.Cell):
         if self.per_byte > 1:
             digits = ops.expand_dims(levels, -1) // self.places
             levels = ops.reshape(ops.floor_mod(digits, 2 ** self.bits), (groups, self.group_size))
-        values = ops.cast(levels, ms.float32) * (ops.cast(scale16, ms.float32) * norm) + ops.cast(low16, ms.float32) * norm
+        values = (ops.cast(levels, ms.float32) * (ops.cast(scale16, ms.float32) * norm)
+                  + ops.cast(low16, ms.float32) * norm)
         flat = ops.reshape(values, (-1,))
         elements = math.prod(shape)
         if groups * self.group_size > elements:

@@ -2,8 +2,8 @@
 
 ActNN-style quantisation (`int8`, `int4`, `int2`) stores each group of `group_size`
 elements as `bits`-bit integers, packed 8 // bits to a byte, plus the group's minimum and
-scale as two float16 numbers (32 bits per group), relative to one float32 per tensor. `lossless` stores nothing extra: it
-rebuilds the input exactly from tensors the backward pass keeps anyway (see
+scale as two float16 numbers (32 bits per group), relative to one float32 per tensor. `lossless`
+stores nothing extra: it rebuilds the input exactly from tensors the backward pass keeps anyway (see
 docs/compression.md for the operators it applies to).
 """
 

@@ -24,8 +24,7 @@ def select_layers(value: Any, layout: Layout, *, by_index: bool, source: Source,
         return frozenset()
     if by_index:
         return layer_indices(value, layout.num_layers, source=source, path=path, issues=issues)
-    if value and all(isinstance(row, list) or isinstance(row, bool) for row in value) \
-            and any(isinstance(row, list) for row in value):
+    if value and all(isinstance(row, (list, bool)) for row in value) and any(isinstance(row, list) for row in value):
         return _from_chunk_counts(value, layout, source, path, issues)
     return _from_stage_counts(value, layout, source, path, issues)
 
@@ -81,8 +80,8 @@ def _from_chunk_counts(rows: list[Any], layout: Layout, source: Source, path: Ke
     for chunk, row in enumerate(rows):
         if isinstance(row, bool):
             row = [row] * layout.stages
-        elif not _fits(row, layout.stages, "counts", "pipeline stage", layout.stages_why, source, (*path, chunk), issues,
-                       "each row has one count per pipeline stage"):
+        elif not _fits(row, layout.stages, "counts", "pipeline stage", layout.stages_why, source, (*path, chunk),
+                       issues, "each row has one count per pipeline stage"):
             continue
         for stage, count in enumerate(row):
             size = layout.chunk_sizes[chunk][stage]

@@ -56,7 +56,8 @@ class Inheritance:
         bases = []
         for index, name in enumerate(listed):
             item = where or (BASE_CONFIG, index)
-            base = self._base(path, name, doc.locations.get(item) or doc.locations.get((BASE_CONFIG,), (path, 0)), item, chain)
+            location = doc.locations.get(item) or doc.locations.get((BASE_CONFIG,), (path, 0))
+            base = self._base(path, name, location, item, chain)
             if base is not None:
                 bases.append(base)
         return bases

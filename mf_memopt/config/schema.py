@@ -83,7 +83,8 @@ class _CutDict(dict):
     full = 0
 
 
-def _bounded(source: Source, value: Any, path: tuple, issues: list[ConfigIssue], budget: list[int] | None = None) -> Any:
+def _bounded(source: Source, value: Any, path: tuple, issues: list[ConfigIssue],
+             budget: list[int] | None = None) -> Any:
     """The document as the validators see it: long lists shortened where that changes no verdict.
 
     A list of non-negative integers validates like its first items (no schema caps those

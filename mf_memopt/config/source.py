@@ -56,9 +56,8 @@ class Source:
     def get(self, path: KeyPath, default: Any = None) -> Any:
         node: Any = self.data
         for part in path:
-            if isinstance(node, Mapping) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            in_mapping = isinstance(node, Mapping) and part in node
+            if in_mapping or (isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)):
                 node = node[part]
             else:
                 return default

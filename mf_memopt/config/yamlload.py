@@ -192,8 +192,8 @@ class _Builder:
     def _tag_ok(self, node: yaml.Node, path: KeyPath, allowed: set[str] | str) -> bool:
         if node.tag == allowed or node.tag in allowed:
             return True
-        hint = ("MindFormers loads configs with yaml.safe_load, which refuses Python tags"
-                if "python/" in node.tag else "remove the tag; a training config holds plain values, lists and mappings")
+        hint = ("MindFormers loads configs with yaml.safe_load, which refuses Python tags" if "python/" in node.tag
+                else "remove the tag; a training config holds plain values, lists and mappings")
         tag = "!!" + node.tag[len(_Y):] if node.tag.startswith(_Y) else node.tag
         self.issue(node, path, f"the YAML tag `{shown(tag, 80)}` is not allowed", hint)
         return False

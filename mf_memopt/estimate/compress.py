@@ -62,7 +62,8 @@ def compress_effect(plan: LayerPlan, effect: LayerEffect, compression: Compressi
         label = ", ".join(f"{target.cell} {by_cell[target.cell].method}" for target in users)
         tensors.append(TensorFate(saved=replace(item.saved, what=f"{item.saved.what}, compressed ({label})",
                                                 nbytes=stored), fate="kept", rule=by_cell[users[0].cell].origin.key))
-    unmodelled = sorted(set(_named_cells(plan.op_compress, compression)) - {target.cell for target in compression.targets})
+    modelled = {target.cell for target in compression.targets}
+    unmodelled = sorted(set(_named_cells(plan.op_compress, compression)) - modelled)
     if unmodelled:
         notes.append(f"compression of {', '.join(unmodelled)} is not modelled: counted as saving nothing")
     if work:

@@ -14,6 +14,7 @@ from .effects import LayerEffect, layer_effect
 from .memory import StagePeak, ascend_peak, cpu_pool_peak, in_flight, stage_parameters
 from .spec import CPU_DTYPES, ModelSpec, OptimizerSpec, ParallelSpec, read_spec
 from .transfer import Hardware, LayerTransfer, swap_timeline
+from .versions import runtime_version_notes
 
 RUNTIMES = ("ascend", "cpu")
 DEFAULT_DEVICE_MEMORY = 64 * 2**30  # an Ascend 910B-class card
@@ -133,6 +134,8 @@ def _estimate(plan: Plan, model: ModelSpec, parallel: ParallelSpec, optimizer: O
         stages.append(_stage(model, parallel, optimizer, plan, stage, stage_effects, transfers, runtime, hardware,
                              forward_flops))
     notes = sorted({note for effect in effects for note in effect.notes})
+    if runtime == "cpu":
+        notes += runtime_version_notes(family.cpu_measured_on)
     return Estimate(config=plan.file, runtime=runtime, hardware=hardware, model=model, parallel=parallel,
                     stages=tuple(stages), layers=tuple(layers), notes=tuple(notes))
 

@@ -12,8 +12,8 @@ them fall below it).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 POOL_ALIGNMENT = 512
 CPU_PEAK = re.compile(r"DumpDynamicMemPoolStateInfo\].*?peak used mem:(\d+)M")

@@ -120,6 +120,7 @@ class ModelFamily:
         raise NotImplementedError
 
     cell_outputs: frozenset[str] = frozenset()   # operators whose output is their recomputed cell's output
+    cpu_measured_on: dict[str, str] = {}         # the versions the CPU memory model was read off (`estimate.versions`)
 
     def cpu_checkpoints(self, model: Any, effects: list[Any]) -> list[Any]:
         """The moments of a CPU training step whose largest is the memory-pool peak (`estimate.memory`)."""

@@ -20,8 +20,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
+from typing import Any
 
 from ..config.errors import ConfigError, ConfigIssue
 from ..config.source import Source, load_source
@@ -41,8 +40,10 @@ class TokenSpec:
     seed: int
 
 
-def synthetic_tokens(num_samples: int, seq_length: int, vocab_size: int, seed: int) -> np.ndarray:
+def synthetic_tokens(num_samples: int, seq_length: int, vocab_size: int, seed: int) -> Any:
     """`num_samples` sequences of `seq_length + 1` ids in 1..vocab-1 (0 is padding)."""
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     successor = np.zeros(vocab_size, dtype=np.int64)
     successor[1:] = rng.permutation(np.arange(1, vocab_size))

@@ -205,7 +205,8 @@ def _check_cells(check: LayerCheck, nodes: list[Node], cells: dict[str, dict]) -
     scoped = {node.cell_path for node in nodes if node.in_recompute_scope}
     for cell in cells:
         if not any(_under(path, cell) for path in scoped):
-            check.disagreements.append(f"{cell or 'the layer'}: recomputed by the plan, no recompute_ scope in the graph")
+            check.disagreements.append(f"{cell or 'the layer'}: recomputed by the plan, no recompute_ scope in the "
+                                       "graph")
     stray = sorted(path for path in scoped if not any(_under(path, cell) for cell in cells))
     if stray:
         check.disagreements.append(f"recompute_ scope on {', '.join(stray)}, which the plan does not recompute")
@@ -267,6 +268,7 @@ def verify_table(result: VerifyResult) -> str:
         lines += [f"disagreement: layer {check.layer}: {item}" for item in check.disagreements]
         lines += [f"conflict: {item}" for item in check.rule2]
         lines += [f"note: layer {check.layer}: {item}" for item in check.notes]
-    verdict = "the compiled graph agrees with the plan" if result.agrees else "the compiled graph DISAGREES with the plan"
+    verdict = ("the compiled graph agrees with the plan" if result.agrees
+               else "the compiled graph DISAGREES with the plan")
     lines.append(f"{verdict}; {len(result.rule2)} rule-2 conflict(s)")
     return "\n".join(lines)

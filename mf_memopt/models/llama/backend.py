@@ -3,7 +3,8 @@
 On the CPU backend (MindSpore 2.9, MindFormers 1.9, measured here):
 - bfloat16 has no CPU kernels: a Llama with `compute_dtype: bfloat16` fails in kernel selection
   (`Select CPU operator[Reshape] fail! ... input[BFloat16 Int64]`) after the model was built;
-- in a Llama (`type: LlamaConfig`), the fused RmsNorm kernel is Ascend's (`fused_rms_norm`, default True in LlamaConfig);
+- in a Llama (`type: LlamaConfig`), the fused RmsNorm kernel is Ascend's (`fused_rms_norm`, default True in
+  LlamaConfig);
 - without `use_rope_slice` (default False) the rotary embedding needs a broadcasting BatchMatMul
   that CPU does not implement;
 - `FlashAttentionScore` has no CPU kernel: each layer's `attention.flash_attention` is replaced by

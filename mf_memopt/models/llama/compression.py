@@ -42,9 +42,9 @@ class LlamaCompression(Compression):
     )
     example = "feed_forward\\.w2"
     cells_hint = "name Linear cells such as feed_forward\\.w2 or attention\\.wo"
-    lossless_note = ("no lossless transform saves memory for {path}: its input can be rebuilt exactly only where it is "
-                     "the product of two tensors the backward keeps anyway, which is true of feed_forward.w2 of a Llama "
-                     "MLP alone (see docs/compression.md); it is left uncompressed")
+    lossless_note = ("no lossless transform saves memory for {path}: its input can be rebuilt exactly only where it "
+                     "is the product of two tensors the backward keeps anyway, which is true of feed_forward.w2 of a "
+                     "Llama MLP alone (see docs/compression.md); it is left uncompressed")
     scopes = {"CompressedLinear": "{path}.compressed_matmul", "LosslessFeedForward": "{parent}.w2_lossless"}
 
     def quantisable(self, cell: Any) -> bool:

@@ -151,8 +151,8 @@ def _cpu_norm(model: ModelSpec, dim: Dims, cell: str, linears: tuple[str, ...]) 
                         "Linear's backward", nbytes=FP32 * len(linears) * dim.bsh, rebuilt_nbytes=c * dim.bsh,
                         read_by=f"{'attention' if cell == 'attention_norm' else 'feed_forward'}.{linears[0]}.matmul",
                         output_of=cell, role=role, copies=len(linears)) if wide else
-                  Saved(path=f"{cell}.mul2", what=f"normalised input of {consumers}", nbytes=c * dim.bsh, output_of=cell,
-                        role=role))
+                  Saved(path=f"{cell}.mul2", what=f"normalised input of {consumers}", nbytes=c * dim.bsh,
+                        output_of=cell, role=role))
     saved += [
         Saved(path=f"{cell}.square", what="2*x of the RmsNorm backward, run early", nbytes=norm * dim.bsh,
               cpu_only=True, kept_by_full_recompute=cell == "attention_norm" and not model.norm_cast),

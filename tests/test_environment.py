@@ -1,0 +1,55 @@
+"""The process environment is read in one place and library code never exits the process."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from mf_memopt.config.source import parse_yaml
+from mf_memopt.runtime import environment
+from mf_memopt.runtime.errors import LaunchError
+from mf_memopt.runtime.outputs import worker_output
+
+
+def test_the_log_prefix_and_the_worker_directory_name_the_same_rank(monkeypatch, capsys):
+    monkeypatch.setenv("MS_WORKER_NUM", "2")
+    monkeypatch.setenv("RANK_ID", "1")
+    monkeypatch.setenv("MS_NODE_ID", "0")        # a dry run: the rank differs from the node id
+    monkeypatch.setattr(environment.LOGGER, "handlers", [])
+    monkeypatch.setattr(environment.LOGGER, "level", logging.NOTSET)
+    environment.configure_logging()
+    environment.LOGGER.info("hello")
+    directory = worker_output(Path("out"), use_parallel=False)
+    assert "mf_memopt[rank 1]" in capsys.readouterr().out
+    assert directory == Path("out/worker_1")
+
+
+def test_pipeline_configs_are_refused_with_an_error_not_a_process_exit():
+    from mf_memopt.runtime.session import check
+
+    source = parse_yaml("model:\n  model_config:\n    num_layers: 4\nparallel_config:\n  pipeline_stage: 2\n", "pp.yaml")
+    with pytest.raises(LaunchError, match="pipeline_stage is 2; the launcher trains with data parallelism only"):
+        check(source)
+
+
+def test_use_parallel_without_a_launcher_is_an_error_not_a_process_exit(monkeypatch):
+    from mf_memopt.runtime.context import _require_launcher
+
+    monkeypatch.delenv("MS_ROLE", raising=False)
+    monkeypatch.delenv("RANK_TABLE_FILE", raising=False)
+    with pytest.raises(LaunchError, match="needs a distributed launcher"):
+        _require_launcher()
+
+
+@pytest.mark.mindspore
+def test_checking_the_written_device_sets_nothing():
+    import mindspore as ms
+
+    from mf_memopt.runtime.session import _device_written
+
+    before = ms.get_context("device_target")
+    assert _device_written(parse_yaml("context:\n  device_target: Ascend\n", "a.yaml")) == "CPU"
+    assert _device_written(parse_yaml("context:\n  device_target: TPU\n", "t.yaml")) == "CPU"
+    assert ms.get_context("device_target") == before
