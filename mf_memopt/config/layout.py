@@ -7,7 +7,8 @@ chunk 1 of every stage, and so on. Each (chunk, stage) holds
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
+from dataclasses import dataclass, replace
 from functools import cached_property
 from itertools import accumulate
 from typing import Any
@@ -70,6 +71,39 @@ class Layout:
                 for v in range(self.chunks)]
 
 
+def integral_offsets(source: Source, keys: ModelKeys) -> tuple[Source, list[ConfigIssue]]:
+    """`offset: 0.0` (or floats in its lists) read as the integers MindFormers casts them to, with a warning;
+    other floats are left for the schema to refuse."""
+    offset = source.get(keys.offset)
+    cast = _cast_integral(offset)
+    if cast is None or cast == offset and _same_types(cast, offset):
+        return source, []
+    data = copy.deepcopy(source.data)
+    parent: Any = data
+    for part in keys.offset[:-1]:
+        parent = parent[part]
+    parent[keys.offset[-1]] = cast
+    warning = source.issue(keys.offset, f"{offset!r} is read as {cast!r}: MindFormers casts the offsets to integers",
+                           "write them as integers", severity="warning")
+    return replace(source, data=data), [warning]
+
+
+def _cast_integral(value: Any) -> Any:
+    """`value` with integral floats made integers, or None when some number is not integral."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if isinstance(value, list):
+        items = [_cast_integral(item) for item in value]
+        return None if any(item is None for item in items) else items
+    return value
+
+
+def _same_types(a: Any, b: Any) -> bool:
+    if isinstance(a, list) and isinstance(b, list):
+        return all(_same_types(x, y) for x, y in zip(a, b))
+    return type(a) is type(b)
+
+
 def layout_from(source: Source, keys: ModelKeys, issues: list[ConfigIssue]) -> Layout | None:
     """Read the layout keys (the model's as its family spells them); append problems to `issues`; None when it
     cannot be built."""
@@ -84,13 +118,25 @@ def layout_from(source: Source, keys: ModelKeys, issues: list[ConfigIssue]) -> L
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (num_layers, stages, chunks)):
         return None  # the schema has already reported it
     _reject_unsupported_scheduler(source, issues)
-    why = {"stages_why": _stages_why(source), "chunks_why": _chunks_why(source, keys, chunks)}
+    num_layers, counted = _laid_out(source, keys, num_layers)
+    why = {"stages_why": _stages_why(source), "chunks_why": _chunks_why(source, keys, chunks), "counted": counted}
     sizes = _chunk_sizes(source, keys, num_layers, stages, chunks, offset, issues, why)
     if sizes is None:
         # The offsets were reported; an even layout still lets the other keys be checked.
         even = Layout.even(num_layers, stages, chunks)
-        return Layout(num_layers=num_layers, stages=stages, chunks=chunks, chunk_sizes=even.chunk_sizes, **why)
-    return Layout(num_layers=num_layers, stages=stages, chunks=chunks, chunk_sizes=sizes, **why)
+        sizes = even.chunk_sizes
+    return Layout(num_layers=num_layers, stages=stages, chunks=chunks, chunk_sizes=sizes,
+                  stages_why=why["stages_why"], chunks_why=why["chunks_why"])
+
+
+def _laid_out(source: Source, keys: ModelKeys, num_layers: int) -> tuple[int, str]:
+    """The layers the pipeline lays out, and how they are counted: the decoder layers, plus the layers a family
+    lays out after them (a legacy DeepSeek-V3's `mtp_depth` MTP layers)."""
+    counted = f"{keys.num_layers[-1]} ({num_layers})"
+    extra = source.get(keys.extra_layers) if keys.extra_layers is not None else None
+    if isinstance(extra, int) and not isinstance(extra, bool) and extra > 0:
+        return num_layers + extra, f"{counted} + {keys.extra_layers[-1]} ({extra})"
+    return num_layers, counted
 
 
 def _stages_why(source: Source) -> str:
@@ -145,8 +191,8 @@ def _chunk_sizes(source: Source, keys: ModelKeys, num_layers: int, stages: int, 
     added = sum(sum(row) for row in grid)
     if added != remainder:
         issues.append(source.issue(
-            keys.offset, f"the offsets add {added} layers over all stages and chunks, but {keys.num_layers[-1]} "
-            f"({num_layers}) % (pipeline_stage ({stages}) * {keys.interleave[-1]} ({chunks})) = {remainder}",
+            keys.offset, f"the offsets add {added} layers over all stages and chunks, but {why['counted']} "
+            f"% (pipeline_stage ({stages}) * {keys.interleave[-1]} ({chunks})) = {remainder}",
             f"make the offsets add up to {remainder}; an integer or a per-stage list is repeated for every chunk"))
         return None
     sizes = tuple(tuple(base + extra for extra in row) for row in grid)

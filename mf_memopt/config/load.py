@@ -16,7 +16,7 @@ from .checks import context_issues
 from .errors import ConfigError, ConfigIssue, key_path, raise_if_errors, unique
 from .interactions import resolve
 from .layer_check import layer_issues
-from .layout import PIPELINE_STAGE, layout_from
+from .layout import PIPELINE_STAGE, integral_offsets, layout_from
 from .normalise import normalise
 from .plan import Plan
 from .schema import schema_issues
@@ -34,7 +34,8 @@ def load_plan(config: str | Path | Mapping[str, Any], *, strict: bool = False) -
 
 def plan_source(source: Source, *, strict: bool = False) -> Plan:
     family = family_of(source)
-    issues = [*source.warnings, *schema_issues(source, family)]
+    source, cast = integral_offsets(source, family.keys)
+    issues = [*source.warnings, *cast, *schema_issues(source, family)]
     blocked = _blocker(issues)
     keys = family.keys
     layout_keys = (keys.num_layers, keys.interleave, keys.offset, PIPELINE_STAGE)

@@ -28,6 +28,7 @@ MAX_DEPTH = 64
 MAX_VALUES = 100_000
 MINDFORMERS_MAX_MAPPING_DEPTH = 10     # mindformers.tools.check_rules.YAML_MAX_NESTING_DEPTH
 MAX_INT_BITS = 1024                    # larger integers cannot be printed (Python's 4300-digit limit)
+MEMORY_SECTIONS = ("recompute_config", "swap_config", "compress_config")   # the sections mf_memopt owns
 
 _Y = "tag:yaml.org,2002:"
 _SCALAR_TAGS = {_Y + name for name in ("null", "bool", "int", "float", "str", "timestamp", "binary")}
@@ -162,9 +163,10 @@ class _Builder:
         self.active: set[int] = set()
         self.sections: dict[Any, _Built] = {}  # the top-level values, to say which one broke a limit
 
-    def issue(self, node: yaml.Node, path: KeyPath, message: str, hint: str | None = None) -> None:
+    def issue(self, node: yaml.Node, path: KeyPath, message: str, hint: str | None = None, *,
+              severity: str = "error") -> None:
         self.issues.append(ConfigIssue(file=self.file, line=node.start_mark.line + 1, path=key_path(path),
-                                       message=message, hint=hint))
+                                       message=message, hint=hint, severity=severity))
 
     def node(self, node: yaml.Node, path: KeyPath) -> _Built:
         known = self.done.get(id(node))
@@ -257,8 +259,14 @@ class _Builder:
             child = (*path, key)
             line = key_node.start_mark.line + 1
             if key in key_lines:
-                self.issue(key_node, child, "duplicate key: YAML keeps only the last value",
-                           f"the first one is on line {key_lines[key]}; remove one of them")
+                # In the memory sections a repeated key is a mistake to fix; elsewhere it is MindFormers'
+                # business, which keeps the last value as YAML does.
+                if child[0] in MEMORY_SECTIONS:
+                    self.issue(key_node, child, "duplicate key: YAML keeps only the last value",
+                               f"the first one is on line {key_lines[key]}; remove one of them")
+                else:
+                    self.issue(key_node, child, "duplicate key: YAML keeps the last value, as MindFormers does; the "
+                               f"one on line {key_lines[key]} is ignored", "remove one of them", severity="warning")
             key_lines[key] = line
             self.lines[child] = line
             built = self.node(value_node, child)

@@ -33,6 +33,7 @@ class ModelKeys:
     seq_length: KeyPath
     vocab_size: KeyPath
     hidden_size: KeyPath
+    extra_layers: KeyPath | None = None   # layers the pipeline lays out after the decoder layers (legacy MTP)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -34,7 +34,8 @@ class LlamaFamily(ModelFamily):
     schema = "model_llama"
     keys = ModelKeys(num_layers=(*_MODEL, "num_layers"), interleave=(*_MODEL, "pp_interleave_num"),
                      offset=(*_MODEL, "offset"), seq_length=(*_MODEL, "seq_length"),
-                     vocab_size=(*_MODEL, "vocab_size"), hidden_size=(*_MODEL, "hidden_size"))
+                     vocab_size=(*_MODEL, "vocab_size"), hidden_size=(*_MODEL, "hidden_size"),
+                     extra_layers=(*_MODEL, "mtp_depth"))
     defaults = Defaults(select=(r"feed_forward\.mul", r"feed_forward\.w1\.activation\.silu"), comm=(_DEFAULT_COMM,),
                         swap=_DEFAULT_SWAP, compress_dense=r"feed_forward\.w2")
     auto_cells = AutoCells(select=("feed_forward", "attention"), swap=("attention", "feed_forward"),

@@ -32,6 +32,10 @@ def model_spec(source: Source, issues: list[ConfigIssue]) -> ModelSpec | None:
     model = source.get(MODEL_CONFIG) or {}
     if not isinstance(model, dict):
         model = {}
+    outside = _outside_scope(source)
+    if outside is not None:
+        issues.append(outside)
+        return None
     before = len(issues)
     for key in _REQUIRED:
         value = model.get(key)
@@ -49,6 +53,22 @@ def model_spec(source: Source, issues: list[ConfigIssue]) -> ModelSpec | None:
     if len(issues) > before:
         return None
     return _model(source, model)
+
+
+def _outside_scope(source: Source) -> ConfigIssue | None:
+    """One line for a legacy model the estimate does not model: anything but a dense LlamaConfig Llama."""
+    for path, modelled in (((*MODEL_CONFIG, "type"), "LlamaConfig"), (("model", "arch", "type"), "LlamaForCausalLM")):
+        name = source.get(path)
+        if isinstance(name, str) and name != modelled:
+            return source.issue(path, f"`{name}` is not modelled: the estimate of MindFormers' legacy models covers the "
+                                "dense Llama (LlamaConfig) only, and does not price another model as one",
+                                "validate, plan and the launcher apply to it; measure its memory by training it")
+    experts = source.get(("moe_config", "expert_num"), 1)
+    if isinstance(experts, int) and experts > 1:
+        return source.issue(("moe_config", "expert_num"), f"a legacy MoE model ({experts} experts) is not modelled: "
+                            "the estimate of MindFormers' legacy models covers the dense Llama only",
+                            "validate, plan and the launcher apply to it; measure its memory by training it")
+    return None
 
 
 def resolved_dtypes(model: dict[str, Any]) -> dict[str, str]:
