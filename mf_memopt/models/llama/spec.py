@@ -60,8 +60,8 @@ def _outside_scope(source: Source) -> ConfigIssue | None:
     for path, modelled in (((*MODEL_CONFIG, "type"), "LlamaConfig"), (("model", "arch", "type"), "LlamaForCausalLM")):
         name = source.get(path)
         if isinstance(name, str) and name != modelled:
-            return source.issue(path, f"`{name}` is not modelled: the estimate of MindFormers' legacy models covers the "
-                                "dense Llama (LlamaConfig) only, and does not price another model as one",
+            return source.issue(path, f"`{name}` is not modelled: the estimate of MindFormers' legacy models covers "
+                                "the dense Llama (LlamaConfig) only, and does not price another model as one",
                                 "validate, plan and the launcher apply to it; measure its memory by training it")
     experts = source.get(("moe_config", "expert_num"), 1)
     if isinstance(experts, int) and experts > 1:
