@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from .child import Stopped
 from .config.errors import ConfigError
 from .config.load import load_plan
 from .config.plan import Plan
@@ -21,6 +22,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(error.render(), file=sys.stderr)
         return 1
+    except Stopped as stop:
+        print(f"python -m mf_memopt {argv_command(args)}: {stop}; its child process was ended and its temporary "
+              "files removed", file=sys.stderr)
+        return stop.exit_status
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -251,3 +256,7 @@ def _positive_size(option: str, text: str, parse) -> int:
     if size <= 0:
         raise ValueError(f"{option}: must be more than 0, got {text!r}")
     return size
+
+
+def argv_command(args: argparse.Namespace) -> str:
+    return args.run.__name__.lstrip("_")

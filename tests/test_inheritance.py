@@ -144,3 +144,22 @@ def test_auto_plans_a_config_that_inherits_and_writes_its_bases_relative_to_the_
     assert "base_config: '../../bases/tiny.yaml'" in out.read_text().splitlines()
     assert load_source(out).get(("model", "model_config", "hidden_size")) == 256
     assert load_plan(out).num_layers == 4
+
+
+@pytest.mark.mindspore
+@pytest.mark.parametrize("config", ["configs/llama_tiny.yaml", "configs/planning/llama2_7b_swap_pp2.yaml", "child"])
+def test_the_trainer_config_made_from_one_reading_is_mindformers_own(config, tmp_path):
+    """The launcher reads the YAML once and builds MindFormers' config from that reading: it equals the config
+    MindFormers reads from the file itself (base_config merged, template applied)."""
+    from mf_memopt.runtime.build import mindformers_config, read_config
+
+    root = Path(__file__).resolve().parents[1]
+    if config == "child":
+        _files(tmp_path, {"base.yaml": (root / "configs/llama_tiny.yaml").read_text(),
+                          "run/child.yaml": "base_config: ../base.yaml\nrecompute_config:\n  recompute: True\n"})
+        path = tmp_path / "run/child.yaml"
+    else:
+        path = root / config
+    ours = mindformers_config(load_source(path).data)
+    assert _plain(ours) == _plain(read_config(path))
+    assert list(ours) == list(read_config(path))

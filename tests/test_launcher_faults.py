@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -68,7 +69,7 @@ def test_a_second_report_keeps_the_first_unless_forced(tmp_path):
     said = write_report(report, "second", force=False)
     kept = [path for path in tmp_path.iterdir() if path.name != "apply_report.json"]
     assert len(kept) == 1 and kept[0].read_text() == "first" and report.read_text() == "second"
-    assert said == (f"apply report written to {report}; the previous run's report is kept as {kept[0].name} "
+    assert said == (f"apply report written to {report}; the previous run's is kept as {kept[0].name} "
                     "(--force replaces it)")
     assert write_report(report, "third", force=True) == (f"apply report written to {report}, replacing the "
                                                          "previous one (--force)")
@@ -138,6 +139,27 @@ def test_ctrl_c_during_training_exits_130_and_says_where(tmp_path):
     assert process.returncode == 130, stderr[-3000:]
     (last,) = stderr.splitlines()[-1:]
     assert last.startswith("run_mindformer_memopt.py: interrupted after ")
-    assert last.endswith(f"; written: {output}/apply_report.json; logs in {output}/log")
+    assert last.endswith(f"; written: {output}/apply_report.json, {output}/run_config.yaml; logs in {output}/log")
     # MindFormers' logs went under --output_dir, not under ./output of the working directory.
     assert (output / "log" / "rank_0" / "info.log").exists() and not (tmp_path / "output").exists()
+
+
+@pytest.mark.mindspore
+def test_sigterm_to_estimate_measure_ends_its_training_child_and_removes_its_files(tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {**_env(), "TMPDIR": str(scratch)}
+    process = subprocess.Popen([sys.executable, "-m", "mf_memopt", "estimate", "--measure", "--steps", "100", str(TINY)],
+                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not any((path / "output" / "apply_report.json").exists() for path in scratch.glob("mf_memopt_measure_*")):
+        assert time.monotonic() < deadline and process.poll() is None, "the training child never started"
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGTERM
+    assert stderr.splitlines()[-1] == ("python -m mf_memopt estimate: stopped by SIGTERM; its child process was "
+                                       "ended and its temporary files removed")
+    assert list(scratch.iterdir()) == []
+    survivors = subprocess.run(["pgrep", "-f", str(scratch)], capture_output=True, text=True).stdout.split()
+    assert survivors == []

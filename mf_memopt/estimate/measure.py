@@ -23,6 +23,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..child import run_owned
 from .pool_log import ALLOCATION_LOG_LEVELS, CPU_PEAK, NoAllocations, replay
 
 __all__ = ["CPU_PEAK", "MeasureError", "Measurement", "measure_peak", "reading_center"]
@@ -118,8 +119,7 @@ def _train(config: Path, runtime: str, steps: int, work: Path, timeout: float | 
     command = child_command(config, steps, work / "output")
     env = child_environment(runtime, work, allocation_log=allocation_log)
     try:
-        done = subprocess.run(command, cwd=work, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        done = run_owned(command, cwd=work, env=env, timeout=timeout)
     except subprocess.TimeoutExpired as error:
         raise MeasureError(f"training {config.name} did not finish within {timeout:.0f} s") from error
     if done.returncode != 0:

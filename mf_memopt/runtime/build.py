@@ -8,6 +8,7 @@ is built (`ModelFamily.after_build`); mf_memopt's plan is applied afterwards.
 
 from __future__ import annotations
 
+import copy
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,9 +27,22 @@ class BuiltModel:
 
 
 def read_config(path: str | Path) -> Any:
+    """MindFormers' own reading of a YAML file (tests compare with it; runs use `mindformers_config`)."""
     from mindformers.tools.register import MindFormerConfig
 
     return MindFormerConfig(str(path))
+
+
+def mindformers_config(data: dict) -> Any:
+    """The MindFormerConfig of an already read YAML (base_config merged), as MindFormers makes it from the file:
+    top-level keys sorted, the run mode's template applied. The file is not read again, so what the plan and
+    the Trainer see is one reading of it."""
+    from mindformers.tools.register import MindFormerConfig
+    from mindformers.tools.register.template import ConfigTemplate
+
+    cfg_dict = copy.deepcopy(dict(sorted(data.items())))
+    ConfigTemplate.apply_template(cfg_dict)
+    return MindFormerConfig(**cfg_dict)
 
 
 def build_model(config: Any, family: ModelFamily, *, device_target: str) -> BuiltModel:

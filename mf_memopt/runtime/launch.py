@@ -17,12 +17,14 @@ from pathlib import Path
 
 from ..apply.logs import LOGGER
 from ..config.errors import ConfigError
-from ..config.source import load_source
+from ..config.source import Source, load_source
 from . import interrupt
-from .environment import configure_logging, point_mindformers_at
+from .claim import Claim, check_room, claim_output_dir
+from .environment import configure_logging, point_mindformers_at, rank
 from .errors import LaunchError
 from .outputs import check_output_dir, report_name, worker_output, write_report, written_files
 from .quiet import quiet_mindformers
+from .record import checkpoint_bytes, checkpoints_kept, record_name, run_record
 from .train import Progress
 
 
@@ -101,11 +103,25 @@ def _flag_or_name(text: str) -> bool | str:
 
 
 def _run(args: argparse.Namespace, state: _State) -> int:
-    from .session import Overrides, check, prepare, use_parallel_of
+    from .session import use_parallel_of
 
-    source = load_source(args.config)
+    source = load_source(args.config)           # the one reading of the config for this run
     written = Path(args.output_dir or source.get(("output_dir",)) or "output")
     state.output = check_output_dir(worker_output(written, use_parallel=use_parallel_of(source, args.use_parallel)))
+    claim = claim_output_dir(state.output, rank())
+    try:
+        return _claimed(args, state, source, claim)
+    finally:
+        claim.release()
+
+
+def _claimed(args: argparse.Namespace, state: _State, source: Source, claim: Claim) -> int:
+    from .session import Overrides, check, prepare
+
+    if claim.taken_over:
+        LOGGER.warning(f"took over output directory {state.output} from a run that ended without releasing it "
+                       f"({claim.taken_over})")
+    LOGGER.info(check_room(state.output, checkpoint_bytes(source), checkpoints_kept(source)))
     _mindformers_paths(state.output)
     if args.register_path:
         _register(args.register_path)
@@ -115,11 +131,13 @@ def _run(args: argparse.Namespace, state: _State) -> int:
                           epochs=args.epochs)
     plan = check(source, strict=args.strict, overrides=overrides)
     state.phase = "building the model"
-    session = prepare(args.config, strict=args.strict, overrides=overrides, plan=plan)
+    session = prepare(source, strict=args.strict, overrides=overrides, plan=plan)
     state.rank = session.run.rank
     state.phase = "starting MindFormers' Trainer (before the first step)"
     report = state.output / report_name(session.run.rank, session.run.world_size)
     LOGGER.info(write_report(report, session.report.to_json() + "\n", force=args.force))
+    record = state.output / record_name(session.run.rank, session.run.world_size)
+    LOGGER.info(write_report(record, run_record(source), force=args.force, what="the config this run trains"))
     from .train import train
 
     progress = train(session.network, session.config, device_target=session.run.device_target,

@@ -51,19 +51,20 @@ def report_name(rank: int, world_size: int) -> str:
     return f"apply_report_rank{rank}.json" if world_size > 1 else "apply_report.json"
 
 
-def write_report(path: Path, text: str, *, force: bool) -> str:
-    """Write the apply report; a previous one is kept under a dated name unless `force`. Says which."""
+def write_report(path: Path, text: str, *, force: bool, what: str = "apply report") -> str:
+    """Write the apply report (or another record of the run); a previous one is kept under a dated name unless
+    `force`. Says which."""
     if not path.exists():
         path.write_text(text)
-        return f"apply report written to {path}"
+        return f"{what} written to {path}"
     if force:
         path.write_text(text)
-        return f"apply report written to {path}, replacing the previous one (--force)"
+        return f"{what} written to {path}, replacing the previous one (--force)"
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(path.stat().st_mtime))
     kept = _free_name(path.with_name(f"{path.stem}.{stamp}{path.suffix}"))
     path.rename(kept)
     path.write_text(text)
-    return f"apply report written to {path}; the previous run's report is kept as {kept.name} (--force replaces it)"
+    return f"{what} written to {path}; the previous run's is kept as {kept.name} (--force replaces it)"
 
 
 def _free_name(path: Path) -> Path:
@@ -77,7 +78,7 @@ def _free_name(path: Path) -> Path:
 def written_files(output: Path, rank: int) -> list[str]:
     """What this rank has left under the output directory so far, for an interrupted run's message."""
     found = []
-    reports = sorted(output.glob("apply_report*.json"))
+    reports = sorted([*output.glob("apply_report*.json"), *output.glob("run_config*.yaml")])
     if reports:
         found.append(", ".join(str(report) for report in reports))
     checkpoints = sorted((output / "checkpoint" / f"rank_{rank}").glob("*.ckpt"), key=lambda file: file.stat().st_mtime)

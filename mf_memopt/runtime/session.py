@@ -16,7 +16,7 @@ from ..config.errors import raise_if_errors
 from ..config.load import plan_source
 from ..config.plan import Plan
 from ..config.source import Source, load_source
-from .build import BuiltModel, build_model, read_config
+from .build import BuiltModel, build_model, mindformers_config
 from .context import RunContext, lazy_inline_policy, setup_context
 from .data import GENERATED, ensure_dataset
 from .environment import msrun_workers
@@ -64,10 +64,13 @@ def check(source: Source, *, strict: bool = False, overrides: Overrides = Overri
     return plan
 
 
-def prepare(config_path: str | Path, *, strict: bool = False, overrides: Overrides = Overrides(),
+def prepare(config: str | Path | Source, *, strict: bool = False, overrides: Overrides = Overrides(),
             plan: Plan | None = None) -> Session:
-    """Check the YAML, set the context, build the model with MindFormers' own handling off, apply the plan."""
-    source = load_source(config_path)
+    """Check the YAML, set the context, build the model with MindFormers' own handling off, apply the plan.
+
+    `config` is read once (a path) or has been (a Source): the plan and MindFormers' Trainer use that one reading.
+    """
+    source = config if isinstance(config, Source) else load_source(config)
     plan = plan or check(source, strict=strict, overrides=overrides)
     use_parallel = _parallel(source, overrides)
     workers = msrun_workers()
@@ -78,7 +81,7 @@ def prepare(config_path: str | Path, *, strict: bool = False, overrides: Overrid
     generated = ensure_dataset(source, overrides.train_dataset_dir)
     if generated is not None:
         LOGGER.info(f"generated the token file {generated} ({GENERATED[0]} of {source.file})")
-    config = read_config(config_path)
+    config = mindformers_config(source.data)
     _apply_overrides(config, overrides)
     config.pop(GENERATED[0], None)
     run = setup_context(config, use_parallel=use_parallel, written=list(source.get(("context",)) or {}))

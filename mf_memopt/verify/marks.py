@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,6 +24,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..child import run_owned
 from ..config.errors import ConfigError, ConfigIssue
 from ..config.load import load_plan
 from .compression import check_compression
@@ -86,8 +86,8 @@ def verify(config: str | Path, *, ir_dir: str | Path | None = None) -> VerifyRes
 
 def _compile(config: str | Path, directory: Path, report: Path) -> None:
     env = {**os.environ, **COMPILE_ENV, "MS_DEV_SAVE_GRAPHS_PATH": str(directory)}
-    done = subprocess.run([sys.executable, "-m", "mf_memopt.verify.precompile", str(config), str(report)], env=env,
-                          capture_output=True, text=True, check=False)
+    done = run_owned([sys.executable, "-m", "mf_memopt.verify.precompile", str(config), str(report)],
+                     cwd=os.getcwd(), env=env, merge_output=False)
     if done.returncode != 0:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
         raise ConfigError([ConfigIssue(file=str(config), line=None, path="",

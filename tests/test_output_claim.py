@@ -1,0 +1,103 @@
+"""An output directory belongs to one run, and must have room for what the run writes (runtime/claim.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mf_memopt.runtime import claim as claims
+from mf_memopt.runtime.claim import NoRoom, OutputInUse, check_room, claim_output_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "configs" / "llama_tiny.yaml"
+
+
+def test_a_live_run_holds_its_output_directory(tmp_path):
+    first = claim_output_dir(tmp_path, "0")
+    with pytest.raises(OutputInUse) as refused:
+        claim_output_dir(tmp_path, "0")
+    assert str(refused.value).startswith(f"output directory {tmp_path} is in use by another run (process "
+                                         f"{os.getpid()}, started ")
+    other_rank = claim_output_dir(tmp_path, "1")        # the workers of one msrun job share the directory
+    first.release()
+    other_rank.release()
+    claim_output_dir(tmp_path, "0").release()            # released: the next run takes it
+
+
+def test_a_run_that_died_leaves_its_name_and_the_next_one_takes_over(tmp_path):
+    (tmp_path / ".mf_memopt.rank0.lock").write_text("process 999999, started 2026-11-24 10:00:00: run.py")
+    taken = claim_output_dir(tmp_path, "0")
+    assert taken.taken_over == "process 999999, started 2026-11-24 10:00:00: run.py"
+    taken.release()
+    assert claim_output_dir(tmp_path, "0").taken_over is None    # a clean end leaves no holder behind
+
+
+def test_too_little_room_names_both_figures(tmp_path, monkeypatch):
+    monkeypatch.setattr(claims.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(100 << 20, 90 << 20,
+                                                                                           10 << 20))
+    with pytest.raises(NoRoom) as refused:
+        check_room(tmp_path, 40 << 20, 2)
+    assert str(refused.value) == (f"output directory {tmp_path} has 10.0 MiB free, but the run writes about 144.0 "
+                                  "MiB (2 checkpoint(s) of about 40.0 MiB and the logs); free space or choose "
+                                  "another --output_dir")
+    assert list(tmp_path.iterdir()) == []                  # the probe is gone
+
+
+def _command(config: Path, output: Path, *extra: str) -> list[str]:
+    return [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(config), "--run_mode", "train",
+            "--output_dir", str(output), *extra]
+
+
+def _env() -> dict:
+    return {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(ROOT)}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a full file system needs root")
+def test_a_full_disk_is_one_short_answer_naming_the_directory(tmp_path):
+    mount = tmp_path / "full"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], check=True)
+    try:
+        (mount / "out").mkdir()
+        try:                                                # fill it to the last block
+            with open(mount / "filler", "wb", buffering=0) as filler:
+                while True:
+                    filler.write(b"\0" * 4096)
+        except OSError:
+            pass
+        done = subprocess.run(_command(TINY, mount / "out"), cwd=tmp_path, env=_env(), capture_output=True,
+                              text=True, timeout=300)
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+    lines = (done.stdout + done.stderr).splitlines()
+    assert done.returncode == 1 and len(lines) <= 20, lines
+    assert "Traceback" not in done.stderr
+    assert lines[-1].startswith(f"run_mindformer_memopt.py: output directory {mount}/out cannot be written (No space "
+                                "left on device)")
+
+
+@pytest.mark.mindspore
+def test_the_second_of_two_runs_on_one_directory_stops_and_the_first_keeps_its_work(tmp_path):
+    output = tmp_path / "out"
+    dataset = ["--train_dataset_dir", str(tmp_path / "tokens.mindrecord")]
+    first = subprocess.Popen(_command(TINY, output, *dataset), cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    time.sleep(1)
+    began = time.monotonic()
+    second = subprocess.run(_command(TINY, output, *dataset), cwd=tmp_path, env=_env(), capture_output=True,
+                            text=True, timeout=300)
+    assert second.returncode == 1 and time.monotonic() - began < 15
+    assert second.stderr.splitlines()[-1].startswith(f"run_mindformer_memopt.py: output directory {output} is in "
+                                                     f"use by another run (process {first.pid}, started ")
+    assert "Set select" not in second.stdout
+    out, err = first.communicate(timeout=600)
+    assert first.returncode == 0, err[-3000:]
+    checkpoints = sorted(path.name for path in (output / "checkpoint" / "rank_0").glob("*.ckpt"))
+    assert checkpoints == ["llama_tiny_rank_0-1_16.ckpt", "llama_tiny_rank_0-1_8.ckpt"]
+    assert "2 checkpoint(s)" in out.splitlines()[-1]
