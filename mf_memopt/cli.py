@@ -72,6 +72,10 @@ def _parser() -> argparse.ArgumentParser:
                                "byte instead of the printed whole MiB (the run is 2-3 times slower)")
     estimate.set_defaults(run=_estimate)
     _auto_parser(commands)
+    data = commands.add_parser("check-data", help="read every record of the YAML's MindRecord dataset in a child "
+                                                  "process and name the file and record where it is damaged")
+    data.add_argument("config", help="MindFormers training YAML (train_dataset.data_loader.dataset_dir)")
+    data.set_defaults(run=_check_data)
     return parser
 
 
@@ -96,6 +100,13 @@ def _auto_parser(commands) -> None:
                       help="cpu runtime: train 1 step of the plan, read the pool peak, and if it is over the budget "
                            "plan again for its predicted peak minus the excess (at most 3 rounds)")
     auto.set_defaults(run=_auto)
+def _check_data(args: argparse.Namespace) -> int:
+    from .config.source import load_source
+    from .runtime.datacheck import run_check_data
+
+    return run_check_data(load_source(args.config))
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)

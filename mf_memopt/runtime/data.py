@@ -63,8 +63,9 @@ def write_mindrecord(spec: TokenSpec) -> Path:
     with tempfile.TemporaryDirectory(dir=spec.path.parent, prefix=".tokens-") as scratch:
         staged = Path(scratch) / spec.path.name
         writer = FileWriter(str(staged), shard_num=1, overwrite=True)
-        writer.set_page_size(1 << 15)     # MindRecord's default 32 MiB page would make a 50 MB file
-        writer.set_header_size(1 << 14)
+        page, header = _page_and_header(tokens.nbytes)
+        writer.set_page_size(page)
+        writer.set_header_size(header)
         writer.add_schema({COLUMN: {"type": "int32", "shape": [-1]}}, "generated tokens")
         writer.write_raw_data([{COLUMN: row} for row in tokens])
         writer.commit()
@@ -72,6 +73,15 @@ def write_mindrecord(spec: TokenSpec) -> Path:
         os.replace(f"{staged}.db", f"{spec.path}.db")
         os.replace(staged, spec.path)
     return spec.path
+
+
+def _page_and_header(data_bytes: int) -> tuple[int, int]:
+    """MindRecord's default 32 MiB page would make a small dataset a 50 MB file, and its header lists every
+    page: pages of at least 32 KiB, grown (in powers of two) to keep them under about 256, and a header for them."""
+    page = 1 << 15
+    while data_bytes // page > 256 and page < 1 << 28:
+        page <<= 1
+    return page, 1 << 14 if page == 1 << 15 else 1 << 16
 
 
 def token_spec(source: Source, *, path: str | Path | None = None, num_samples: int | None = None) -> TokenSpec:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,11 +21,14 @@ from ..config.errors import ConfigError
 from ..config.source import Source, load_source
 from . import interrupt
 from .claim import Claim, check_room, claim_output_dir
-from .environment import configure_logging, point_mindformers_at, rank
+from .datacheck import dataset_files
+from .environment import configure_logging, msrun_workers, point_mindformers_at, rank
 from .errors import LaunchError
+from .failures import RunFacts, translate
 from .outputs import check_output_dir, report_name, worker_output, write_report, written_files
 from .quiet import quiet_mindformers
 from .record import checkpoint_bytes, checkpoints_kept, record_name, run_record
+from .supervise import report, supervise, supervised
 from .train import Progress
 
 
@@ -38,14 +42,23 @@ class _State:
     progress: Progress = field(default_factory=Progress)
 
 
+PREFIX = "run_mindformer_memopt.py"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
-    configure_logging()
     if args.run_mode != "train":
-        print(f"run_mindformer_memopt.py: --run_mode {args.run_mode} is not supported: this launcher trains "
+        print(f"{PREFIX}: --run_mode {args.run_mode} is not supported: this launcher trains "
               "(--run_mode train); to check or explain a config without training use "
               f"`python -m mf_memopt plan {args.config}`", file=sys.stderr)
         return 2
+    if not supervised():
+        return supervise(argv, PREFIX)
+    # A log handler that cannot write (a full disk) must not print its own traceback for every line: the run
+    # stops in one line that says why (failures.py).
+    logging.raiseExceptions = False
+    configure_logging()
     state = _State()
     interrupt.install()
     try:
@@ -54,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(error.render(), file=sys.stderr)
         return 1
     except LaunchError as error:
-        print(f"run_mindformer_memopt.py: {error}", file=sys.stderr)
+        print(f"{PREFIX}: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(_interrupted_line(state), file=sys.stderr, flush=True)
@@ -116,6 +129,21 @@ def _run(args: argparse.Namespace, state: _State) -> int:
 
 
 def _claimed(args: argparse.Namespace, state: _State, source: Source, claim: Claim) -> int:
+    facts = RunFacts(output=state.output, datasets=dataset_files(source, args.train_dataset_dir))
+    report(output=str(state.output), rank=int(rank()), workers=msrun_workers(), datasets=facts.datasets)
+    try:
+        return _train(args, state, source, claim)
+    except (ConfigError, LaunchError, KeyboardInterrupt):
+        raise
+    except Exception as error:
+        facts.step, facts.rank = state.progress.step, state.rank
+        translated = translate(error, facts)
+        if translated is None:
+            raise
+        raise translated from None
+
+
+def _train(args: argparse.Namespace, state: _State, source: Source, claim: Claim) -> int:
     from .session import Overrides, check, prepare
 
     if claim.taken_over:
@@ -134,8 +162,8 @@ def _claimed(args: argparse.Namespace, state: _State, source: Source, claim: Cla
     session = prepare(source, strict=args.strict, overrides=overrides, plan=plan)
     state.rank = session.run.rank
     state.phase = "starting MindFormers' Trainer (before the first step)"
-    report = state.output / report_name(session.run.rank, session.run.world_size)
-    LOGGER.info(write_report(report, session.report.to_json() + "\n", force=args.force))
+    report_path = state.output / report_name(session.run.rank, session.run.world_size)
+    LOGGER.info(write_report(report_path, session.report.to_json() + "\n", force=args.force))
     record = state.output / record_name(session.run.rank, session.run.world_size)
     LOGGER.info(write_report(record, run_record(source), force=args.force, what="the config this run trains"))
     from .train import train
@@ -171,4 +199,8 @@ def _interrupted_line(state: _State) -> str:
              else f"while {state.phase}")
     files = written_files(state.output, state.rank) if state.output else []
     written = "; ".join(files) if files else "nothing"
-    return f"run_mindformer_memopt.py: interrupted {where}; written: {written}"
+    return f"{PREFIX}: interrupted {where}; written: {written}"
+
+
+if __name__ == "__main__":          # the supervised child (runtime/supervise.py)
+    sys.exit(main())

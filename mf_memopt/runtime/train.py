@@ -17,6 +17,7 @@ from typing import Any
 from ..apply.logs import LOGGER
 from . import interrupt
 from .quiet import hidden_summary
+from .supervise import report
 
 
 @dataclass
@@ -61,6 +62,7 @@ def progress_callback(progress: Progress, cap: int | None) -> Any:
         def on_train_step_end(self, run_context):
             params = run_context.original_args()
             progress.step = int(params.cur_step_num)
+            report(step=progress.step)
             outputs = params.net_outputs
             loss = outputs[0] if isinstance(outputs, (tuple, list)) else outputs
             if loss is not None:

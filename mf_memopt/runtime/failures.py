@@ -1,0 +1,115 @@
+"""Failures from MindSpore and MindFormers during a run, said in one line that names the file and what to do.
+
+The full traceback goes to `<output>/log/rank_<r>/mf_memopt_failure.log`; the terminal gets the line:
+
+* the dataset cannot be read (MindSpore's pipeline error): the dataset file, the step, the last checkpoint, and
+  `check-data` to find the damaged record;
+* a checkpoint cannot be read on resume: the file, its size, and the newest other checkpoint beside it;
+* the disk fills during training (a checkpoint save): the directory, the step, and the checkpoint's `.tmp`
+  file, which is removed.
+
+Anything else is not translated: its traceback stays, since no one line could say more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import re
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import LaunchError
+
+_CHECKPOINT = re.compile(r"Failed to read the checkpoint file (\S+?)\.? The file may be corrupted")
+_PIPELINE_MESSAGE = re.compile(r"Dataset Pipeline Error Message:\s*-*\s*(?:\[ERROR\]\s*)?(?:\[[^\]]*\]\s*)?([^\n]+)")
+_NO_SPACE = "No space left on device"
+
+
+@dataclass
+class RunFacts:
+    """What the launcher knows when training fails: where the run writes and what it reads."""
+
+    output: Path
+    rank: int = 0
+    datasets: list[str] = field(default_factory=list)
+    step: int = 0                       # steps of this run that finished
+
+
+def failure_log(facts: RunFacts) -> Path:
+    return facts.output / "log" / f"rank_{facts.rank}" / "mf_memopt_failure.log"
+
+
+def translate(error: BaseException, facts: RunFacts) -> LaunchError | None:
+    """The one line for a failure MindSpore or MindFormers raised while training, or None to let it through."""
+    text = "".join(traceback.format_exception_only(type(error), error))
+    for explain in (_disk_full, _damaged_checkpoint, _unreadable_dataset):
+        line = explain(error, text, facts)
+        if line is not None:
+            return LaunchError(f"{line} (the traceback is in {_keep_traceback(error, facts)})")
+    return None
+
+
+def _keep_traceback(error: BaseException, facts: RunFacts) -> Path:
+    path = failure_log(facts)
+    with contextlib.suppress(OSError):  # a full disk: the line still says what happened
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write("".join(traceback.format_exception(error)))
+    return path
+
+
+def _disk_full(error: BaseException, text: str, facts: RunFacts) -> str | None:
+    if not (isinstance(error, OSError) and error.errno == errno.ENOSPC) and _NO_SPACE not in text:
+        return None
+    removed = _remove_partial_saves(facts)
+    gone = f"; removed the unfinished save {', '.join(removed)}" if removed else ""
+    last = last_checkpoint(facts)
+    then = "free space and resume from it" if "good checkpoint" in last else "free space and start again"
+    return (f"the disk of output directory {facts.output} filled up during training, after {facts.step} step(s) "
+            f"of this run{gone}; {last}; {then}")
+
+
+def _remove_partial_saves(facts: RunFacts) -> list[str]:
+    removed = []
+    for partial in sorted((facts.output / "checkpoint").glob("rank_*/*.tmp")):
+        try:
+            partial.unlink()
+            removed.append(str(partial))
+        except OSError:
+            pass
+    return removed
+
+
+def _damaged_checkpoint(error: BaseException, text: str, facts: RunFacts) -> str | None:
+    found = _CHECKPOINT.search(text)
+    if found is None:
+        return None
+    path = Path(found.group(1))
+    size = f"{path.stat().st_size / 2**20:.1f} MiB" if path.is_file() else "missing"
+    others = sorted((candidate for candidate in path.parent.glob("*.ckpt") if candidate != path),
+                    key=lambda candidate: candidate.stat().st_mtime)
+    newest = (f"the newest other checkpoint there is {others[-1]}" if others
+              else f"{path.parent} has no other checkpoint")
+    return f"checkpoint {path} ({size}) cannot be read: it is truncated or damaged; {newest}"
+
+
+def _unreadable_dataset(error: BaseException, text: str, facts: RunFacts) -> str | None:
+    if "dataset pipeline" not in text.lower() and not _raised_in(error, "mindspore/dataset"):
+        return None
+    reason = _PIPELINE_MESSAGE.search(text)
+    why = f" ({reason.group(1).strip()})" if reason else ""
+    files = ", ".join(facts.datasets) or "its dataset"
+    return (f"MindSpore could not read the dataset {files}{why}, after {facts.step} step(s) of this run; "
+            f"{last_checkpoint(facts)}; find the damaged record with `python -m mf_memopt check-data CONFIG`")
+
+
+def _raised_in(error: BaseException, package: str) -> bool:
+    return any(package in frame.filename.replace("\\", "/") for frame in traceback.extract_tb(error.__traceback__))
+
+
+def last_checkpoint(facts: RunFacts) -> str:
+    saved = sorted((facts.output / "checkpoint" / f"rank_{facts.rank}").glob("*.ckpt"),
+                   key=lambda path: path.stat().st_mtime)
+    return f"the last good checkpoint is {saved[-1]}" if saved else "no checkpoint was saved yet"

@@ -1,0 +1,164 @@
+"""Damaged data, a damaged checkpoint, a disk that fills and a killed training process each end in one line that
+names the file (runtime/supervise.py, failures.py, datacheck.py), never in a bare signal or a traceback."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mf_memopt.runtime import supervise
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "configs" / "llama_tiny.yaml"
+PREFIX = "run_mindformer_memopt.py: "
+
+
+def _env() -> dict:
+    return {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(ROOT)}
+
+
+def _launch(tmp_path: Path, *extra: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    command = [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(TINY), "--run_mode", "train",
+               *extra]
+    return subprocess.run(command, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def _tokens(tmp_path: Path, name: str = "tokens.mindrecord") -> Path:
+    """A fresh token file (a MindRecord header names its own file: a copy would read the original)."""
+    path = tmp_path / name
+    subprocess.run([sys.executable, "-m", "mf_memopt.data", str(TINY), "--out", str(path)], env=_env(), check=True,
+                   capture_output=True)
+    return path
+
+
+def _overwrite_the_middle(path: Path, size: int = 4096, seed: int = 1) -> None:
+    noise = random.Random(seed)
+    with open(path, "r+b") as handle:
+        handle.seek(path.stat().st_size // 2)
+        handle.write(bytes(noise.getrandbits(8) for _ in range(size)))
+
+
+def test_a_dead_run_is_said_with_its_step_and_last_checkpoint_and_a_big_dataset_is_left_to_check_data(tmp_path,
+                                                                                                   monkeypatch):
+    from mf_memopt.runtime import datacheck
+
+    monkeypatch.setattr(datacheck, "AUTO_CHECK_BYTES", -1)     # every dataset is "too big to read again at once"
+    (tmp_path / "checkpoint" / "rank_0").mkdir(parents=True)
+    saved = tmp_path / "checkpoint" / "rank_0" / "tiny_rank_0-1_8.ckpt"
+    saved.write_bytes(b"x")
+    facts = {"step": 9, "output": str(tmp_path), "rank": 0, "workers": 1, "datasets": ["/data/big.mindrecord"]}
+    assert supervise.death_line(signal.SIGSEGV, facts) == (
+        f"training died from SIGSEGV after 9 step(s) of this run; the last good checkpoint is {saved}; if its dataset "
+        "is damaged, MindSpore's reader crashes like this: check /data/big.mindrecord with `python -m mf_memopt "
+        f"check-data CONFIG`; logs in {tmp_path / 'log'}")
+    facts.update(workers=2, rank=1)
+    assert supervise.death_line(signal.SIGKILL, facts).startswith("rank 1: training died from SIGKILL after 9 step(s)")
+
+
+@pytest.mark.mindspore
+def test_check_data_names_the_damaged_file_and_the_record(tmp_path, capsys):
+    from mf_memopt.config.source import parse_yaml
+    from mf_memopt.runtime.datacheck import run_check_data
+
+    tokens = _tokens(tmp_path)
+    source = parse_yaml(f"train_dataset:\n  data_loader:\n    dataset_dir: {tokens}\n", "c.yaml")
+    assert run_check_data(source) == 0
+    assert capsys.readouterr().out == f"{tokens}: all 32 records read, no damage found\n"
+    _overwrite_the_middle(tokens)
+    assert run_check_data(source) == 1
+    assert capsys.readouterr().err == (f"{tokens} is damaged: MindSpore's reader crashed (SIGSEGV), after 19 of 32 "
+                                       "records were read\n")
+
+
+@pytest.mark.mindspore
+def test_training_on_a_damaged_dataset_ends_in_one_line_naming_the_file(tmp_path):
+    tokens = _tokens(tmp_path)
+    _overwrite_the_middle(tokens)
+    done = _launch(tmp_path, "--output_dir", str(tmp_path / "out"), "--train_dataset_dir", str(tokens))
+    assert 0 < done.returncode < 128
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(PREFIX + "training died from SIGSEGV after ")
+    assert f"{tokens} is damaged: MindSpore's reader crashed (SIGSEGV), after 19 of 32 records were read" in last
+
+
+@pytest.mark.mindspore
+def test_a_truncated_dataset_is_named_without_a_traceback(tmp_path):
+    tokens = _tokens(tmp_path)
+    os.truncate(tokens, 30_000)
+    done = _launch(tmp_path, "--output_dir", str(tmp_path / "out"), "--train_dataset_dir", str(tokens))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        f"{PREFIX}MindSpore could not read the dataset {tokens} (Failed to read file.), after 0 step(s) of this run; "
+        "no checkpoint was saved yet; find the damaged record with `python -m mf_memopt check-data CONFIG` (the "
+        f"traceback is in {tmp_path}/out/log/rank_0/mf_memopt_failure.log)")
+
+
+@pytest.mark.mindspore
+def test_resuming_from_a_truncated_checkpoint_names_it_and_the_one_before(tmp_path):
+    tokens = _tokens(tmp_path)
+    first = _launch(tmp_path, "--output_dir", str(tmp_path / "first"), "--train_dataset_dir", str(tokens))
+    assert first.returncode == 0, first.stderr[-2000:]
+    saved = tmp_path / "first" / "checkpoint" / "rank_0"
+    cut = saved / "llama_tiny_rank_0-1_16.ckpt"
+    cut.chmod(0o600)
+    os.truncate(cut, 1_000_000)
+    done = _launch(tmp_path, "--output_dir", str(tmp_path / "second"), "--train_dataset_dir", str(tokens),
+                   "--load_checkpoint", str(tmp_path / "first" / "checkpoint"), "--resume_training", cut.name)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[-1].startswith(
+        f"{PREFIX}checkpoint {cut} (1.0 MiB) cannot be read: it is truncated or damaged; the newest other checkpoint "
+        f"there is {saved / 'llama_tiny_rank_0-1_8.ckpt'}")
+
+
+@pytest.mark.mindspore
+def test_a_killed_training_process_is_reported_dead_with_its_step(tmp_path):
+    command = [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(TINY), "--run_mode", "train",
+               "--output_dir", str(tmp_path / "out"), "--train_dataset_dir", str(_tokens(tmp_path))]
+    launcher = subprocess.Popen(command, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    for line in launcher.stdout:
+        if "step:[    3/" in line:
+            trainer = subprocess.run(["pgrep", "-f", "mf_memopt.runtime.launch"], capture_output=True, text=True)
+            children = [int(pid) for pid in trainer.stdout.split() if int(pid) != launcher.pid]
+            os.kill(children[0], signal.SIGKILL)
+            break
+    _, stderr = launcher.communicate(timeout=120)
+    assert launcher.returncode == 1
+    assert stderr.splitlines()[-1].startswith(f"{PREFIX}training died from SIGKILL after 3 step(s) of this run; no "
+                                              "checkpoint was saved yet; logs in ")
+
+
+@pytest.mark.mindspore
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a file system to fill needs root")
+def test_a_disk_that_fills_during_training_stops_it_in_one_line_and_removes_the_unfinished_save(tmp_path):
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160m", "tmpfs", str(mount)], check=True)
+    try:
+        command = [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(TINY), "--run_mode",
+                   "train", "--output_dir", str(mount / "out"), "--train_dataset_dir", str(_tokens(tmp_path))]
+        launcher = subprocess.Popen(command, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+        for line in launcher.stdout:
+            if "step:[    2/" in line:
+                try:                                        # fill the disk before the step-8 checkpoint
+                    with open(mount / "filler", "wb", buffering=0) as filler:
+                        while True:
+                            filler.write(b"\0" * 65536)
+                except OSError:
+                    pass
+                break
+        _, stderr = launcher.communicate(timeout=300)
+        partial = sorted((mount / "out" / "checkpoint" / "rank_0").glob("*"))
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+    assert launcher.returncode == 1 and "Traceback" not in stderr
+    last = stderr.splitlines()[-1]
+    assert last.startswith(f"{PREFIX}the disk of output directory {mount}/out filled up during training, after ")
+    assert "removed the unfinished save" in last and partial == []
