@@ -111,7 +111,7 @@ def test_round_trip_through_validate_plan_and_estimate(capsys, tmp_path, budget)
 
 
 def test_interleaved_counts_round_trip(tmp_path):
-    text = (ROOT / "configs/planning/seed003_interleave_48l.yaml").read_text()
+    text = (ROOT / "configs/planning/interleave_48l_pp5.yaml").read_text()
     config = _write(tmp_path / "interleave.yaml", text)
     nothing = estimate_config(config)
     budget = int(0.8 * max(stage.peak.peak for stage in nothing.stages))

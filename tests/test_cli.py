@@ -46,10 +46,10 @@ def test_plan_prints_formative_lines_then_the_table(capsys, monkeypatch):
 
 def test_plan_lists_conflicts_after_the_table(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
-    assert main(["plan", "configs/planning/seed003_interleave_48l.yaml"]) == 0
+    assert main(["plan", "configs/planning/interleave_48l_pp5.yaml"]) == 0
     conflicts = [line for line in capsys.readouterr().out.splitlines() if line.startswith("conflict: ")]
     assert len(conflicts) == 6
-    config = ROOT / "configs/planning/seed003_interleave_48l.yaml"
+    config = ROOT / "configs/planning/interleave_48l_pp5.yaml"
     line = next(number for number, text in enumerate(config.read_text().splitlines(), 1)
                 if text.startswith("  recompute: [[2, 1"))
     assert conflicts[0].startswith(f"conflict: layers 0, 1, 4, 24: full recompute (recompute_config.recompute, "
@@ -58,7 +58,7 @@ def test_plan_lists_conflicts_after_the_table(capsys, monkeypatch):
 
 def test_strict_fails_on_conflicts(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
-    assert main(["validate", "--strict", "configs/planning/seed003_interleave_48l.yaml"]) == 1
+    assert main(["validate", "--strict", "configs/planning/interleave_48l_pp5.yaml"]) == 1
     errors = capsys.readouterr().err.splitlines()
     assert len(errors) == 6
     assert all("conflict (--strict)" in line for line in errors)

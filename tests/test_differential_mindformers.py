@@ -2,7 +2,7 @@
 
 Where the semantics agree, every cell and primitive must carry the same recompute,
 recompute_comm_op, offload and backward_prefetch marks. Where MindFormers sets an offload
-that recompute cancels (seed 001, rule 1), mf_memopt sets none: those cases assert the
+that recompute cancels (interaction rule 3), mf_memopt sets none: those cases assert the
 difference explicitly.
 """
 
@@ -116,12 +116,12 @@ SAME = {
         recompute={"select_recompute": ["feed_forward"], "select_recompute_exclude": ["feed_forward\\.mul"],
                    "select_comm_recompute": [".*_norm\\.square"],
                    "select_comm_recompute_exclude": {"ffn_norm\\.rsqrt": [2]}}),
-    "layer swap (seed case 2)": dict(swap={"swap": True, "layer_swap": [{"backward_prefetch": 20, "layers": [0, 3]}]}),
-    "op swap (seed case 3)": dict(swap={"swap": True, "op_swap": [
+    "layer swap (swap case 2)": dict(swap={"swap": True, "layer_swap": [{"backward_prefetch": 20, "layers": [0, 3]}]}),
+    "op swap (swap case 3)": dict(swap={"swap": True, "op_swap": [
         {"op_name": "attention", "backward_prefetch": 20, "layers": [0, 1, 2]},
         {"op_name": "attention", "backward_prefetch": 10, "layers": [3]},
         {"op_name": "feed_forward", "backward_prefetch": 15, "layers": [1, 2]}]}),
-    "swap with select recompute (seed case 4)": dict(
+    "swap with select recompute (swap case 4)": dict(
         recompute={"select_recompute": {"feed_forward": [0, 3]}},
         swap={"swap": True, "op_swap": [
             {"op_name": "attention", "backward_prefetch": 20, "layers": [0, 1, 2]},
@@ -130,7 +130,7 @@ SAME = {
     "swap with full recompute by layer index": dict(
         recompute={"recompute": [1]}, swap={"swap": True, "op_swap": [
             {"op_name": ["attention\\.wq", "attention\\.wk"], "backward_prefetch": "Auto", "layers": [0, 2]}]}),
-    "default swap strategy (seed case 1)": dict(swap={"swap": True, "default_prefetch": 10}, flash_attention=True),
+    "default swap strategy (swap case 1)": dict(swap={"swap": True, "default_prefetch": 10}, flash_attention=True),
     "pipeline stages": dict(stages=2, recompute={"recompute": [1, 1], "select_recompute": [0, 2],
                                                  "select_comm_recompute": {"ffn_norm\\.mul": [1, 0]}}),
 }

@@ -187,6 +187,6 @@ def test_a_pattern_missing_from_the_model_stops_before_anything_is_set(tmp_path)
 
 
 def test_pipeline_configs_are_for_planning_only(tmp_path):
-    done = _launch("--config", str(ROOT / "configs/planning/seed003_interleave_48l.yaml"), cwd=tmp_path)
+    done = _launch("--config", str(ROOT / "configs/planning/interleave_48l_pp5.yaml"), cwd=tmp_path)
     assert done.returncode == 1
     assert "pipeline_stage is 5; the launcher trains with data parallelism only" in done.stderr

@@ -163,3 +163,32 @@ def test_sigterm_to_estimate_measure_ends_its_training_child_and_removes_its_fil
     assert list(scratch.iterdir()) == []
     survivors = subprocess.run(["pgrep", "-f", str(scratch)], capture_output=True, text=True).stdout.split()
     assert survivors == []
+
+
+@pytest.mark.mindspore
+def test_a_training_run_opens_the_users_config_exactly_once(tmp_path):
+    """The plan, the checks, the record and MindFormers' Trainer all use one reading: a YAML saved during start-up
+    cannot give a run whose plan and training come from two versions of it."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    counts = tmp_path / "opens.txt"
+    (hooks / "sitecustomize.py").write_text(
+        "import atexit, os, sys\n"
+        f"CONFIG, COUNTS = {str(TINY)!r}, {str(counts)!r}\n"
+        "seen = []\n"
+        "def hook(event, args):\n"
+        "    if event == 'open' and args and isinstance(args[0], (str, bytes, os.PathLike)):\n"
+        "        try:\n"
+        "            if os.path.realpath(os.fsdecode(args[0])) == CONFIG:\n"
+        "                seen.append(1)\n"
+        "        except (TypeError, ValueError):\n"
+        "            pass\n"
+        "sys.addaudithook(hook)\n"
+        "atexit.register(lambda: open(COUNTS, 'a').write(f'{len(seen)}\\n'))\n")
+    env = {**_env(), "PYTHONPATH": os.pathsep.join([str(hooks), str(ROOT)])}
+    done = subprocess.run(_command(str(TINY), "--output_dir", str(tmp_path / "out"), "--train_steps", "1",
+                                   "--train_dataset_dir", str(tmp_path / "tokens.mindrecord")),
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    per_process = [int(line) for line in counts.read_text().split()]
+    assert len(per_process) >= 2 and sum(per_process) == 1      # the supervisor reads none, the training child one

@@ -1,4 +1,4 @@
-"""scripts/msrun_launcher.sh with two CPU workers, as the seed's users run it."""
+"""scripts/msrun_launcher.sh with two CPU workers, as MindFormers users run it."""
 
 from __future__ import annotations
 

@@ -19,23 +19,24 @@ TINY = ROOT / "configs" / "llama_tiny.yaml"
 
 
 def test_a_live_run_holds_its_output_directory(tmp_path):
-    first = claim_output_dir(tmp_path, "0")
+    first = claim_output_dir(tmp_path, "rank0")
     with pytest.raises(OutputInUse) as refused:
-        claim_output_dir(tmp_path, "0")
+        claim_output_dir(tmp_path, "rank0")
     assert str(refused.value).startswith(f"output directory {tmp_path} is in use by another run (process "
                                          f"{os.getpid()}, started ")
-    other_rank = claim_output_dir(tmp_path, "1")        # the workers of one msrun job share the directory
-    first.release()
-    other_rank.release()
-    claim_output_dir(tmp_path, "0").release()            # released: the next run takes it
+    other_rank = claim_output_dir(tmp_path, "rank1")     # the workers of one msrun job share the directory
+    scheduler = claim_output_dir(tmp_path, "scheduler")  # and so does its scheduler
+    for claim in (first, other_rank, scheduler):
+        claim.release()
+    claim_output_dir(tmp_path, "rank0").release()        # released: the next run takes it
 
 
 def test_a_run_that_died_leaves_its_name_and_the_next_one_takes_over(tmp_path):
     (tmp_path / ".mf_memopt.rank0.lock").write_text("process 999999, started 2026-11-24 10:00:00: run.py")
-    taken = claim_output_dir(tmp_path, "0")
+    taken = claim_output_dir(tmp_path, "rank0")
     assert taken.taken_over == "process 999999, started 2026-11-24 10:00:00: run.py"
     taken.release()
-    assert claim_output_dir(tmp_path, "0").taken_over is None    # a clean end leaves no holder behind
+    assert claim_output_dir(tmp_path, "rank0").taken_over is None    # a clean end leaves no holder behind
 
 
 def test_too_little_room_names_both_figures(tmp_path, monkeypatch):

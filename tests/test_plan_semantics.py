@@ -36,14 +36,14 @@ def _with(plan, kind):
 
 
 def test_seed_003_worked_example_recomputes_layers_0_1_4_24():
-    plan = load_plan(CONFIGS / "planning" / "seed003_interleave_48l.yaml")
+    plan = load_plan(CONFIGS / "planning" / "interleave_48l_pp5.yaml")
     assert _full(plan) == [0, 1, 4, 24]
     assert [(layer.stage, layer.chunk) for layer in plan.layers if layer.full_recompute] == \
         [(0, 0), (0, 0), (1, 0), (0, 1)]
 
 
 def test_seed_003_formative_lines_match_the_seed_log():
-    plan = load_plan(CONFIGS / "planning" / "seed003_interleave_48l.yaml")
+    plan = load_plan(CONFIGS / "planning" / "interleave_48l_pp5.yaml")
     assert formative_lines(plan)[:3] == [
         "Formative layer_recompute: [[2, 1, 0, 0, 0], [1, 0, 0, 0, 0]]",
         "Formative select_recompute: {'feed_forward\\.w1\\.activation\\.silu': [[4, 5, 5, 5, 5], [5, 5, 5, 5, 4]], "

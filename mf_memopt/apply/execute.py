@@ -2,7 +2,7 @@
 
 Every pattern is resolved against the real cells first; if anything is wrong, one
 `ConfigError` lists it all and no attribute has been set. Then the attributes are set,
-one log line per layer and kind in the seed documents' form, and an `ApplyReport` lists
+one log line per layer and kind in MindFormers' grep-able form, and an `ApplyReport` lists
 every cell and primitive that was touched.
 """
 

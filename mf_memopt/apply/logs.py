@@ -1,7 +1,7 @@
-"""Log lines in the form of the seed documents, through `logging` in MindFormers' style.
+"""Log lines in MindFormers' own grep-able form, through `logging` in MindFormers' style.
 
 Users grep these (`grep 'Set op_swap at layer' output/msrun/worker_0.log`), so the text
-after `- INFO - ` is exactly the seeds':
+after `- INFO - ` is exactly MindFormers' (without the runs of stray spaces some of its lines carry):
 
     Set full recompute at layer 0
     Set select recompute at layer 0: <cell>
@@ -50,6 +50,6 @@ def layer_lines(actions: LayerActions) -> list[str]:
 
 
 def _swap_name(pattern: str, path: str) -> str:
-    # The seeds print a one-segment pattern's match with a leading dot (`.<cell>`),
+    # MindFormers prints a one-segment pattern's match with a leading dot (`.<cell>`),
     # a nested one without (`<cell>.<operator>`).
     return f".{path}" if len(compile_pattern(pattern).segments) == 1 else path

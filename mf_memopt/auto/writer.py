@@ -4,7 +4,7 @@ Without swap the recompute keys take per-stage counts (`recompute: [2, 0]`, 2-D 
 interleave chunk, `True` when every layer): the solver only picks plans in which every
 setting covers the first layers of each stage or chunk, so counts can say it. Select
 counts include the fully recomputed layers before them (full recompute wins there, rule
-1). With swap the keys take layer indices (seed 001). Only `recompute_config` and
+1). With swap the keys take layer indices. Only `recompute_config` and
 `swap_config` change; the rest of the file is kept line for line. Of the section's other keys,
 a boolean `select_comm_recompute` is kept, and the `Cell.recompute` options
 (`mp_comm_recompute`, ...) are kept when some layer is fully recomputed, the only layers

@@ -4,7 +4,7 @@ The cells are the built layer's (`apply` then sets the attributes) or the family
 (`validate` reports the same problems without building anything).
 
 The recompute actions come first; the offload actions are then computed per primitive, so
-that rule 1 of seed 001 (recompute beats swap) is enforced on the operators themselves:
+that interaction rule 3 (recompute beats swap, docs/configuration.md) is enforced on the operators themselves:
 a primitive that will be recomputed gets no offload attribute.
 """
 

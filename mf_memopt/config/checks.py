@@ -1,4 +1,5 @@
-"""Cross-section checks: the constraints swap puts on the rest of the training YAML (seed 001)."""
+"""Cross-section checks: the constraints swap puts on the rest of the training YAML (static graph, jit level,
+no SOMAS, lazy_inline; docs/configuration.md)."""
 
 from __future__ import annotations
 

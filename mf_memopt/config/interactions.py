@@ -1,9 +1,9 @@
 """The interaction rules that can be decided from the config alone.
 
-1. Full recompute beats select and comm recompute in the same layer (seed 003).
+1. Full recompute beats select and comm recompute in the same layer.
 2. An exclude pattern beats a select pattern it covers (MindFormers gives exclusions the
    highest priority).
-3. Recompute beats swap on the same layer or operator (seed 001, rule 1): a swap whose
+3. Recompute beats swap on the same layer or operator: a swap whose
    target lies inside what is recomputed is dropped in that layer; a swap that only
    contains recomputed operators stays, and `apply` leaves those operators unswapped.
 

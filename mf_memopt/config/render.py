@@ -9,7 +9,7 @@ from .rules import Kind, Rules, SwapRule
 
 
 def formative_lines(plan: Plan) -> list[str]:
-    """The normalised config, in the form MindFormers logs it (seed 003), before resolution."""
+    """The normalised config, in the form MindFormers logs it (`Formative ...`), before resolution."""
     rules = plan.rules
 
     def form(layers: frozenset[int]) -> list:

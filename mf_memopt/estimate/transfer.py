@@ -1,6 +1,6 @@
 """Does the swap traffic hide behind compute? A per-stage timeline of one micro-batch.
 
-Model (seed 001: offload and release are decoupled; `backward_prefetch` sets how many
+Model (offload and release are decoupled; `backward_prefetch` sets how many
 operators later the forward releases a swapped activation, and how many operators ahead
 the backward starts copying it back):
 

@@ -2,8 +2,9 @@
 
 * **One run per directory.** A run holds an exclusive lock (`flock`) on `.mf_memopt.rank<r>.lock` in its output
   directory for its whole life: a second run on the directory stops before it writes anything, naming the
-  directory and the process that holds it. Each rank locks its own file, so the workers of one msrun job share
-  the directory; two jobs (or two plain runs) do not. The kernel releases the lock when the holder dies; the file
+  directory and the process that holds it. Each rank locks its own file (msrun's scheduler, which runs the
+  script too, its own), so the workers of one msrun job share the directory; two jobs (or two plain runs) do
+  not. The kernel releases the lock when the holder dies; the file
   then still names it, and the next run takes over with a warning.
 * **Room.** Before training, a real probe is written (1 MiB, synced: a full disk fails here, not in the first
   checkpoint), and the free space is compared with what the run will write: every checkpoint it keeps
@@ -51,9 +52,10 @@ class Claim:
         self.fd = -1
 
 
-def claim_output_dir(path: Path, rank: str) -> Claim:
-    """Lock `path` for this run (this rank); `OutputInUse` when a live run holds it."""
-    lock = path / f".mf_memopt.rank{rank}.lock"
+def claim_output_dir(path: Path, role: str) -> Claim:
+    """Lock `path` for this process of the run (`rank<r>`, or msrun's `scheduler`); `OutputInUse` when a live run
+    holds it."""
+    lock = path / f".mf_memopt.{role}.lock"
     fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -82,9 +84,11 @@ def _holder(fd: int) -> str:
 
 
 def _describe_self() -> str:
+    """The run as its user knows it: the launcher's process (the supervisor of this training process)."""
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     command = " ".join(os.path.basename(part) if index == 0 else part for index, part in enumerate(sys.argv))
-    return f"process {os.getpid()}, started {started}: {command[:300]}"
+    pid = os.environ.get("MF_MEMOPT_SUPERVISOR_PID") or os.getpid()
+    return f"process {pid}, started {started}: {command[:300]}"
 
 
 def check_room(path: Path, checkpoint_bytes: int | None, keep: int) -> str:

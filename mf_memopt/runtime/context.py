@@ -93,7 +93,8 @@ def _cpu_data_parallel(config: Any) -> None:
 
 
 def lazy_inline_policy(swap: bool, pipeline_stages: int, device: str) -> None:
-    """Seed 001: without pipeline parallelism, swap needs lazy_inline (ENABLE_LAZY_INLINE_NO_PIPELINE=1)."""
+    """Without pipeline parallelism, swap needs lazy_inline (ENABLE_LAZY_INLINE_NO_PIPELINE=1): offload takes effect
+    only inside lazy_inline cells."""
     if not swap or pipeline_stages > 1:
         return
     if device == "Ascend":

@@ -24,6 +24,12 @@ def rank() -> str:
     return os.environ.get("RANK_ID") or os.environ.get("MS_NODE_ID") or "0"
 
 
+def process_role() -> str:
+    """This process's part in a job: `rank<r>` for a worker, `scheduler` for msrun's scheduler, which runs the
+    same script with RANK_ID 0 beside worker 0."""
+    return "scheduler" if os.environ.get("MS_ROLE") == "MS_SCHED" else f"rank{rank()}"
+
+
 def msrun_workers() -> int:
     """How many workers msrun started (1 outside msrun)."""
     return int(os.environ.get("MS_WORKER_NUM", "1") or 1)

@@ -22,7 +22,7 @@ from ..config.source import Source, load_source
 from . import interrupt
 from .claim import Claim, check_room, claim_output_dir
 from .datacheck import dataset_files
-from .environment import configure_logging, msrun_workers, point_mindformers_at, rank
+from .environment import configure_logging, msrun_workers, point_mindformers_at, process_role, rank
 from .errors import LaunchError
 from .failures import RunFacts, translate
 from .outputs import check_output_dir, report_name, worker_output, write_report, written_files
@@ -121,7 +121,7 @@ def _run(args: argparse.Namespace, state: _State) -> int:
     source = load_source(args.config)           # the one reading of the config for this run
     written = Path(args.output_dir or source.get(("output_dir",)) or "output")
     state.output = check_output_dir(worker_output(written, use_parallel=use_parallel_of(source, args.use_parallel)))
-    claim = claim_output_dir(state.output, rank())
+    claim = claim_output_dir(state.output, process_role())
     try:
         return _claimed(args, state, source, claim)
     finally:

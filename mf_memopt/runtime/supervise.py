@@ -28,6 +28,7 @@ from pathlib import Path
 
 SUPERVISED = "MF_MEMOPT_SUPERVISED"
 PROGRESS_FD = "MF_MEMOPT_PROGRESS_FD"
+SUPERVISOR = "MF_MEMOPT_SUPERVISOR_PID"     # the process a user sees (and ends) for the run
 _PR_SET_PDEATHSIG = 1
 _PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -48,7 +49,9 @@ def report(**event) -> None:
 def supervise(argv: list[str], prefix: str) -> int:
     """Run the launcher with `argv` in a supervised child; its status, or 1 after a death by signal."""
     read_end, write_end = os.pipe()
-    env = {**os.environ, SUPERVISED: "1", PROGRESS_FD: str(write_end)}
+    package_root = str(Path(__file__).resolve().parents[2])     # the child imports this very package
+    env = {**os.environ, SUPERVISED: "1", PROGRESS_FD: str(write_end), SUPERVISOR: str(os.getpid()),
+           "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
     # Its own process group: Ctrl-C reaches the supervisor alone, which passes it on once.
     child = subprocess.Popen([sys.executable, "-m", "mf_memopt.runtime.launch", *argv], env=env,
                              pass_fds=(write_end,), preexec_fn=_die_with_parent, process_group=0)

@@ -7,7 +7,7 @@ layer, with the apply report:
 - every offload, recompute and recompute_comm_op mark in the IR was set by the plan, with
   the same backward_prefetch, and every rule left at least one mark in the graph;
 - every recomputed cell has its `recompute_` scope, and no other cell does;
-- rule 2 of seed 001: an offloaded node whose output a recomputed node consumes cannot be
+- interaction rule 5: an offloaded node whose output a recomputed node consumes cannot be
   swapped; such edges are reported as conflicts;
 - recompute marks that produced no recompute copy (`duplicated`) are reported: they are in
   the graph but save nothing.

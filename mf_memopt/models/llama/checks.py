@@ -38,7 +38,7 @@ def _count(source: Source, path: KeyPath) -> int | None:
 
 
 def swap_scope_issues(source: Source) -> list[ConfigIssue]:
-    """Swap is documented for Llama-family dense models (seed 001): say so for others."""
+    """Swap is documented for Llama-family dense models: say so for others."""
     issues = []
     for path in (("model", "model_config", "type"), ("model", "arch", "type")):
         name = source.get(path)

@@ -1,7 +1,7 @@
 """A CPU stand-in for MindFormers' FlashAttention cell, so flash-attention configs run on CPU.
 
 `FlashAttentionScore` has no CPU kernel. With `use_flash_attention: True`, every Llama
-layer holds `attention.flash_attention`; the default swap strategy (seed 001, case 1)
+layer holds `attention.flash_attention`; the default swap strategy (`swap: True` alone)
 targets exactly that cell. On CPU the launcher replaces it, under the same name, by
 `CPUFlashAttention`: the same inputs and outputs, computed with CPU kernels. Patterns
 that name `flash_attention` still match, offload marks land on its operators, and the
