@@ -189,7 +189,8 @@ def test_estimate_runs_on_every_shipped_config(config, capsys, monkeypatch, tmp_
     monkeypatch.chdir(ROOT)
     assert main(["estimate", config, "--png", str(tmp_path / "chart.png")]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[2].split()[:4] == ["stage", "layers", "peak", "fits"]
+    assert out.splitlines()[1].startswith("training step: ")
+    assert out.splitlines()[3].split()[:4] == ["stage", "layers", "peak", "fits"]
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -206,7 +207,7 @@ def test_estimate_json_is_in_bytes_and_names_operators(capsys, monkeypatch):
 def test_too_small_a_device_does_not_fit(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     assert main(["estimate", "configs/planning/llama2_7b_swap_pp2.yaml", "--device-memory", "32GiB"]) == 0
-    rows = capsys.readouterr().out.splitlines()[3:5]
+    rows = capsys.readouterr().out.splitlines()[4:6]
     assert [row.split()[4] for row in rows] == ["NO", "NO"]   # stage, layers, peak (2 words), fits
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..config.errors import ConfigIssue, raise_if_errors
@@ -13,6 +13,7 @@ from .compress import compress_effect
 from .effects import LayerEffect, layer_effect
 from .memory import StagePeak, ascend_peak, cpu_pool_peak, in_flight, stage_parameters
 from .spec import CPU_DTYPES, ModelSpec, OptimizerSpec, ParallelSpec, read_spec
+from .step import StepForm, step_form
 from .transfer import Hardware, LayerTransfer, swap_timeline
 from .versions import runtime_version_notes
 
@@ -79,10 +80,12 @@ class Estimate:
     stages: tuple[StageEstimate, ...]
     layers: tuple[LayerEstimate, ...]
     notes: tuple[str, ...]
+    step: StepForm | None = None            # the training step assumed (MindFormers' template filled in)
 
     def to_dict(self) -> dict:
         return {"config": self.config, "runtime": self.runtime, "hardware": asdict(self.hardware),
                 "model": self.model.to_dict(), "parallel": asdict(self.parallel),
+                "step_form": asdict(self.step) if self.step else None,
                 "stages": [stage.to_dict() for stage in self.stages],
                 "layers": [layer.to_dict() for layer in self.layers], "notes": list(self.notes)}
 
@@ -104,7 +107,9 @@ def estimate_source(source: Source, *, runtime: str = "ascend", hardware: Hardwa
                                    "single-stage training", "estimate pipeline configs with the ascend runtime"))
     raise_if_errors(issues)
     assert spec is not None
-    return _estimate(plan, *spec, runtime=runtime, hardware=hardware or Hardware(device_memory=DEFAULT_DEVICE_MEMORY))
+    estimate = _estimate(plan, *spec, runtime=runtime,
+                         hardware=hardware or Hardware(device_memory=DEFAULT_DEVICE_MEMORY))
+    return replace(estimate, step=step_form(source))
 
 
 def _cpu_dtype_issues(source, model: ModelSpec) -> list[ConfigIssue]:

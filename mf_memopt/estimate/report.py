@@ -40,6 +40,8 @@ def estimate_text(estimate: Estimate) -> str:
     hardware = estimate.hardware
     lines = [f"{estimate.config}: {estimate.runtime} runtime; device memory {human(hardware.device_memory)}, "
              f"{hardware.tflops:g} TFLOPS, host link {hardware.host_gbps:g} GB/s per direction"]
+    if estimate.step is not None:
+        lines.append(f"training step: {estimate.step.describe()}")
     lines += ["", *_table(_stage_rows(estimate)), ""]
     lines += [f"stage {stage.stage} peak ({stage.peak.checkpoint}): "
               + ", ".join(f"{name} {human(value)}" for name, value in stage.peak.components.items())

@@ -1,6 +1,6 @@
 """MindFormers' training step (MFTrainOneStepCell) made to run on the CPU backend, with recompute intact.
 
-Two things in MFTrainOneStepCell stop it from serving CPU training:
+Three things in MFTrainOneStepCell stop it from serving CPU training:
 
 1. Its overflow check has only GPU and Ascend branches; on CPU it compiles NPUGetFloatStatusV2,
    which has no CPU kernel. Here the check is MindSpore's IsFinite path (all-reduced across
@@ -14,6 +14,14 @@ Two things in MFTrainOneStepCell stop it from serving CPU training:
    above the threshold) the gradients are replaced by zeros before the optimizer runs. The
    parameters then move only by the optimizer's own decay (AdamW's moments and weight decay)
    instead of not at all, and the step counter advances; the reported overflow flag is the same.
+
+3. It updates a dynamic loss scale (`DynamicLossScaleUpdateCell`, also what MindFormers' template gives a
+   YAML without `runner_wrapper`) before the optimizer. That assignment of the scale's Parameter makes
+   MindSpore schedule every layer's recompute at the start of the backward, so the recomputed tensors
+   of all layers are alive at once: on the step-form benchmark full recompute raised the pool peak from
+   164 to 174 MiB. Here the scale is updated after the optimizer, from the same overflow flag (the
+   gradients were unscaled with the scale read at the start, as in MindFormers): 143 and 55 MiB, as
+   with a fixed scale (`benchmarks/README.md`, "The training step").
 
 Everything else (loss scaling, clip-grad, schedule-driven learning rate, local norms, outputs)
 is MindFormers' own code, inherited.
@@ -55,7 +63,7 @@ class CPUTrainOneStepCell(MFTrainOneStepCell):
             local_norm, size = self.localnorm(grads)
             local_norm = self.concat(local_norm)
         grads = self.grad_reducer(grads)
-        overflow = self.process_loss_scale(self.get_overflow_status(None, grads))
+        overflow = self.get_overflow_status(None, grads)
         global_norm = None
         if self.use_clip_grad:
             grads, global_norm = self.clip_grad_norm(grads)
@@ -66,7 +74,13 @@ class CPUTrainOneStepCell(MFTrainOneStepCell):
         if self.use_skip_data_by_global_norm:
             skip = ops.logical_or(skip, global_norm >= self.global_norm_spike_threshold)
         grads = self.hyper_map(F.partial(_zero_if, skip), grads)
-        loss = F.depend(loss, self.optimizer(grads))
+        updated = self.optimizer(grads)
+        # The dynamic loss scale is updated after the parameters, from the same overflow flag: updated before
+        # them (MindFormers' order) its Parameter assignment makes MindSpore run every layer's recompute at
+        # the start of the backward, and full recompute then raised the pool peak (174 MiB against 164 MiB
+        # without recompute on the step-form benchmark) instead of lowering it (55 MiB).
+        overflow = F.depend(self.process_loss_scale(F.depend(overflow, updated)), updated)
+        loss = F.depend(loss, updated)
         if self.local_norm:
             return loss, overflow, scaling_sens, learning_rate, global_norm, local_norm, size
         return loss, overflow, scaling_sens, learning_rate, global_norm

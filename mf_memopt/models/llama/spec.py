@@ -7,6 +7,7 @@ from typing import Any
 from ...config.errors import ConfigIssue
 from ...config.source import Source
 from ...estimate.spec import DTYPE_BYTES, ModelSpec, dtype_name, positive_int
+from ...estimate.step import step_form
 
 MODEL_CONFIG = ("model", "model_config")
 # LlamaConfig's dtype keys, their roles, and their defaults (MindFormers 1.9): what a YAML without them trains with.
@@ -93,4 +94,4 @@ def _model(source: Source, model: dict[str, Any]) -> ModelSpec:
         roles=tuple(sorted(by_role.items())),
         flash_attention=bool(model.get("use_flash_attention", False)),
         tie_embeddings=bool(model.get("tie_word_embeddings", False)),
-        clip_grad=source.get(("runner_wrapper", "use_clip_grad"), False) is True)
+        clip_grad=step_form(source).clip_grad)

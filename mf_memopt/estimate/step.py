@@ -1,0 +1,54 @@
+"""The training step a YAML asks for, as MindFormers builds it: what the estimate assumes and prints.
+
+MindFormers fills `runner_wrapper` from its template, key by key: a YAML without the section, or
+without `use_clip_grad` or `scale_sense` in it, trains with `MFTrainOneStepCell`, clip-grad on and a
+`DynamicLossScaleUpdateCell` loss scale (65536, factor 2, window 1000). On CPU the launcher runs every
+form through `CPUTrainOneStepCell`, which keeps recompute saving memory in each of them
+(`runtime/cpu_wrapper.py`); what still differs between forms in memory is clip-grad (it holds the
+gradients as float32 casts) and the loss-scale cell's few scalars.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config.source import Source
+
+WRAPPER = ("runner_wrapper",)
+TEMPLATE_CLIP = True                        # MindFormers' WrapperConfig.use_clip_grad
+TEMPLATE_SCALE = "DynamicLossScaleUpdateCell"
+
+
+@dataclass(frozen=True, slots=True)
+class StepForm:
+    wrapper: str
+    clip_grad: bool
+    loss_scale: str                         # "1.0" (a number), "DynamicLossScaleUpdateCell", ...
+    defaults: tuple[str, ...] = ()          # what MindFormers' template filled in
+
+    def describe(self) -> str:
+        filled = f" ({', '.join(self.defaults)} from MindFormers' template)" if self.defaults else ""
+        scale = f"loss scale {self.loss_scale}"
+        return f"{self.wrapper}, clip-grad {'on' if self.clip_grad else 'off'}, {scale}{filled}"
+
+
+def step_form(source: Source) -> StepForm:
+    section = source.get(WRAPPER)
+    section = section if isinstance(section, dict) else {}
+    defaults = []
+    wrapper = section.get("type")
+    if not isinstance(wrapper, str):
+        wrapper, defaults = "MFTrainOneStepCell", ["the wrapper"]
+    clip = section.get("use_clip_grad")
+    if not isinstance(clip, bool):
+        clip = TEMPLATE_CLIP
+        defaults.append("clip-grad")
+    scale = section.get("scale_sense")
+    if isinstance(scale, dict):
+        scale = str(scale.get("type", TEMPLATE_SCALE))
+    elif isinstance(scale, (int, float)) and not isinstance(scale, bool):
+        scale = f"{float(scale):g}"
+    else:
+        scale = TEMPLATE_SCALE
+        defaults.append("the loss scale")
+    return StepForm(wrapper=wrapper, clip_grad=clip, loss_scale=scale, defaults=tuple(defaults))
