@@ -136,7 +136,7 @@ def measured(configs: tuple[Path, ...] = CPU_CONFIGS) -> None:
                     runs.append(_train(path.read_text(), run))
                     return runs[-1][0] * MiB
 
-                rounds = measure_rounds(lambda target: auto_plan(config, budget=target, runtime="cpu"), budget, None,
+                rounds = measure_rounds(lambda target: auto_plan(config, budget=target, runtime="cpu", margin=0.0), budget, None,
                                         report=lambda line: print(f"  {config.name}: {line}", flush=True),
                                         train=train)
                 plan = rounds[-1].plan

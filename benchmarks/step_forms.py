@@ -1,6 +1,7 @@
 """The training step decides what recompute saves: pool peaks for every form of `runner_wrapper`.
 
     python benchmarks/step_forms.py [--only FORM ...] [--recompute none full cell] [--exact]
+    python benchmarks/step_forms.py --auto [--only FORM ...]
 
 For each step form MindFormers accepts (no `runner_wrapper` section; a number, a
 DynamicLossScaleUpdateCell or a FixedLossScaleUpdateCell as `scale_sense`; clip-grad on or off) and
@@ -8,6 +9,13 @@ each recompute (none, full, the MLP cell), a config derived from `configs/llama_
 hidden 256, seq 256, batch 4, vocab 512, float32) is trained one step by the launcher in a child
 process (`estimate --measure`), and its memory-pool peak is printed beside the estimate, with each
 recompute's peak as a ratio of no recompute in the same form.
+
+`--auto`: whether `auto --runtime cpu` plans hold under a step form. For the forms given (default: a
+dynamic loss scale with and without clip-grad, and no `runner_wrapper` section) and two shapes (the
+config above, and `HELD_OUT`, a shape drawn for this check with MindFormers' default float16 compute),
+the no-recompute and full-recompute peaks are measured, `auto` plans for budgets a quarter, half and
+three quarters of the way between them (open loop, its default margin), and the written plan is
+trained and its pool peak compared with the budget.
 """
 
 from __future__ import annotations
@@ -25,6 +33,8 @@ sys.path.insert(0, str(ROOT))
 from mf_memopt.estimate import estimate_config  # noqa: E402
 from mf_memopt.estimate.measure import measure_peak  # noqa: E402
 
+MiB = 2**20
+
 DYNAMIC = {"type": "DynamicLossScaleUpdateCell", "loss_scale_value": 65536, "scale_factor": 2, "scale_window": 1000}
 FIXED = {"type": "FixedLossScaleUpdateCell", "loss_scale_value": 1024}
 # name -> runner_wrapper (None: no section, MindFormers' default step)
@@ -37,32 +47,41 @@ FORMS = {
     "fixed scale, clip": {"type": "MFTrainOneStepCell", "scale_sense": FIXED, "use_clip_grad": True,
                           "max_grad_norm": 0.5},
 }
+AUTO_FORMS = ("dynamic scale, clip", "dynamic scale, no clip", "no runner_wrapper")
+# 6 layers, hidden 384, 6 heads over 2 KV heads, seq 192, batch 3, vocab 3000, float16 compute (the defaults)
+HELD_OUT = {"num_layers": 6, "hidden_size": 384, "num_heads": 6, "n_kv_heads": 2, "seq_length": 192, "batch_size": 3,
+            "vocab_size": 3000, "compute_dtype": "float16", "layernorm_compute_type": "float32",
+            "softmax_compute_type": "float32", "rotary_dtype": "float32", "param_init_type": "float32"}
+SHAPES = {"tiny": {"vocab_size": 512, "batch_size": 4}, "held-out": HELD_OUT}
 RECOMPUTE = {"none": {"recompute": False, "select_recompute": False},
              "full": {"recompute": True, "select_recompute": False},
              "cell": {"recompute": False, "select_recompute": {"feed_forward": True}}}
 
 
-def config_for(form: str, recompute: str, directory: Path) -> Path:
+def config_for(form: str, recompute: str, directory: Path, shape: str = "tiny") -> Path:
     data = yaml.safe_load((ROOT / "configs" / "llama_tiny.yaml").read_text())
-    data["model"]["model_config"].update(vocab_size=512)
-    data["runner_config"]["batch_size"] = 4
-    data["model"]["model_config"]["batch_size"] = 4
+    data["model"]["model_config"].update(SHAPES[shape])
+    data["runner_config"]["batch_size"] = SHAPES[shape]["batch_size"]
     if FORMS[form] is None:
         data.pop("runner_wrapper", None)
     else:
         data["runner_wrapper"] = FORMS[form]
     data["recompute_config"] = {**RECOMPUTE[recompute], "select_comm_recompute": False}
-    path = directory / f"{form.replace(' ', '_').replace(',', '')}__{recompute}.yaml"
+    path = directory / f"{shape}__{form.replace(' ', '_').replace(',', '')}__{recompute}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="*", default=list(FORMS), help="step forms to run")
+    parser.add_argument("--only", nargs="*", help="step forms to run (default: every form; with --auto, AUTO_FORMS)")
     parser.add_argument("--recompute", nargs="*", default=list(RECOMPUTE), help="recompute settings to run")
     parser.add_argument("--exact", action="store_true", help="replay the allocation log for the peak to the byte")
+    parser.add_argument("--auto", action="store_true", help="check auto's plans under the step forms")
     args = parser.parse_args(argv)
+    if args.auto:
+        return auto_check(args.only or list(AUTO_FORMS))
+    args.only = args.only or list(FORMS)
     rows = [["step form", "recompute", "measured MiB", "vs none", "estimated MiB", "error"]]
     with tempfile.TemporaryDirectory(prefix="mf_memopt_forms_") as tmp:
         for form in args.only:
@@ -76,10 +95,53 @@ def main(argv: list[str] | None = None) -> int:
                 ratio = f"{peak / baseline:.2f}x" if baseline else "-"
                 rows.append([form, recompute, f"{peak:.2f}", ratio, f"{estimated:.1f}", f"{estimated / peak - 1:+.1%}"])
                 print("  ".join(rows[-1]), flush=True)
+    _print(rows)
+    return 0
+
+
+def auto_check(forms: list[str]) -> int:
+    from mf_memopt.auto import auto_plan
+
+    rows = [["shape", "step form", "budget MiB", "plan", "predicted MiB", "measured MiB", "within"]]
+    verdicts = []
+    with tempfile.TemporaryDirectory(prefix="mf_memopt_forms_auto_") as tmp:
+        for shape in SHAPES:
+            for form in forms:
+                directory = Path(tmp) / shape / form.replace(" ", "_").replace(",", "")
+                directory.mkdir(parents=True)
+                none, full = (measure_peak(config_for(form, recompute, directory, shape), runtime="cpu").peak_bytes
+                              for recompute in ("none", "full"))
+                rows.append([shape, form, "-", "none / full", "-", f"{none / MiB:.0f} / {full / MiB:.0f}", "-"])
+                print("  ".join(rows[-1]), flush=True)
+                for share in (0.25, 0.5, 0.75):
+                    budget = (full + round(share * (none - full))) // MiB * MiB
+                    plan = auto_plan(config_for(form, "none", directory, shape), budget=budget, runtime="cpu")
+                    written = directory / f"auto_{share}.yaml"
+                    written.write_text(plan.text, encoding="utf-8")
+                    measured = measure_peak(written, runtime="cpu").peak_bytes
+                    verdicts.append(measured <= budget)
+                    counts = yaml.safe_load(plan.text)["recompute_config"]
+                    rows.append([shape, form, f"{budget / MiB:.0f}", _plan_summary(counts),
+                                 f"{plan.estimate.stages[0].peak.peak / MiB:.1f}", f"{measured / MiB:.0f}",
+                                 "yes" if measured <= budget else "NO"])
+                    print("  ".join(rows[-1]), flush=True)
+    _print(rows)
+    print(f"every plan within its budget: {'yes' if all(verdicts) else 'NO'} ({sum(verdicts)}/{len(verdicts)})")
+    return 0 if all(verdicts) else 1
+
+
+def _plan_summary(section: dict) -> str:
+    full, select = section.get("recompute"), section.get("select_recompute")
+    parts = [f"full {full}"] if full not in (False, None) else []
+    if isinstance(select, dict):
+        parts += [f"{name} {value}" for name, value in select.items()]
+    return ", ".join(parts) or "nothing"
+
+
+def _print(rows: list[list[str]]) -> None:
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     print()
     print("\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows))
-    return 0
 
 
 if __name__ == "__main__":

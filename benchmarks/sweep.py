@@ -48,7 +48,12 @@ SEED = 20261128  # the first seed from 20261123 whose sweep reaches every end of
 # name -> (seed, config name prefix, shift of the recompute form against the dtype setting)
 FRESH_SETS = {"fresh": (20261124, "h", 3), "fresh2": (20261125, "k", 5), "fresh3": (20261126, "m", 7),
               "fresh4": (20261127, "q", 1), "fresh5": (20261128, "r", 4), "fresh6": (20261130, "t", 6),
-              "fresh7": (20261201, "u", 2), "fresh8": (20261202, "v", 8)}
+              "fresh7": (20261201, "u", 2), "fresh8": (20261202, "v", 8), "fresh9": (20261203, "w", 3)}
+# Sets whose configs also vary the training step (`runner_wrapper`, as step_forms.FORMS); the others all
+# train with the shipped config's (MFTrainOneStepCell, scale 1, clip-grad). fresh9 was drawn and measured
+# after the CPU step's loss-scale fix and the estimator's reading of the step form, before either saw it.
+STEP_SETS = ("fresh9",)
+BASE_STEP = "scale 1, clip"
 # fresh5's seed is the sweep's own (SEED): its configs have the shapes of s00-s15 with other dtype and
 # recompute pairings. fresh6, fresh7 and fresh8 use seeds no other set uses; fresh8's shift (8, that is
 # 0 of the eight forms) gives it the sweep's own dtype and recompute pairings on new shapes.
@@ -95,6 +100,7 @@ class SweepConfig:
     dtype: str
     recompute: str
     model: dict[str, Any] = field(default_factory=dict)
+    step: str = BASE_STEP            # a step_forms.FORMS name
 
     def document(self) -> dict[str, Any]:
         """The training YAML: the shipped tiny config with this shape, dtypes and recompute_config."""
@@ -106,6 +112,13 @@ class SweepConfig:
         model.update(DTYPES[self.dtype])
         document["runner_config"]["batch_size"] = self.model["batch_size"]
         document["recompute_config"] = dict(RECOMPUTE[self.recompute])
+        if self.step != BASE_STEP:
+            from benchmarks.step_forms import FORMS
+
+            if FORMS[self.step] is None:
+                document.pop("runner_wrapper", None)
+            else:
+                document["runner_wrapper"] = FORMS[self.step]
         return document
 
     def write(self, path: Path) -> Path:
@@ -149,11 +162,15 @@ def fresh(which: str = "fresh") -> list[SweepConfig]:
     index shifted by three, five, seven, one, four, six or two), so they test combinations as well
     as shapes; fresh8 (shift eight, a whole turn) has the sweep's pairings on new shapes.
     """
+    from benchmarks.step_forms import FORMS
+
     seed, prefix, shift = FRESH_SETS[which]
     rng = random.Random(seed)
-    dtypes, forms = list(DTYPES), list(RECOMPUTE)
+    dtypes, forms, steps = list(DTYPES), list(RECOMPUTE), list(FORMS)
     return [SweepConfig(name=f"{prefix}{index:02d}", half=which, dtype=dtypes[index % len(dtypes)],
-                        recompute=forms[(index + shift) % len(forms)], model=_shape(rng)) for index in range(PAIRS)]
+                        recompute=forms[(index + shift) % len(forms)], model=_shape(rng),
+                        step=steps[index % len(steps)] if which in STEP_SETS else BASE_STEP)
+            for index in range(PAIRS)]
 
 
 def _shape(rng: random.Random) -> dict[str, Any]:
@@ -235,8 +252,9 @@ def _data_file(which: str) -> Path:
 
 
 def _entry(config: SweepConfig) -> dict[str, Any]:
-    return {"name": config.name, "half": config.half, "dtype": config.dtype, "recompute": config.recompute,
-            "model": config.model}
+    entry = {"name": config.name, "half": config.half, "dtype": config.dtype, "recompute": config.recompute,
+             "model": config.model}
+    return entry if config.step == BASE_STEP else {**entry, "step": config.step}
 
 
 def _load(path: Path = DATA) -> dict[str, Any]:
@@ -268,8 +286,8 @@ def _regenerate_command(path: Path) -> str:
 def _launcher_revision() -> str:
     import subprocess
 
-    done = subprocess.run(["git", "log", "-1", "--format=%h %cs", "--", "mf_memopt/launch.py", "mf_memopt/train.py",
-                           "mf_memopt/session.py"], cwd=REPO, capture_output=True, text=True)
+    done = subprocess.run(["git", "log", "-1", "--format=%h %cs", "--", "mf_memopt/runtime"], cwd=REPO,
+                          capture_output=True, text=True)
     return done.stdout.strip() or "unknown"
 
 
@@ -392,7 +410,8 @@ def _row(config: SweepConfig, measured, estimated, error: str, term: str, off: s
     f = ffn_width(m["hidden_size"], m.get("multiple_of", 256), m.get("intermediate_size"), m.get("ffn_dim_multiplier"))
     return [config.name, config.half, str(m["num_layers"]), str(m["hidden_size"]),
             f"{m['num_heads']}/{m.get('n_kv_heads', m['num_heads'])}", str(m["seq_length"]), str(m["batch_size"]),
-            str(m["vocab_size"]), str(f), config.dtype, config.recompute,
+            str(m["vocab_size"]), str(f), config.dtype,
+            config.recompute if config.step == BASE_STEP else f"{config.recompute}; step: {config.step}",
             "-" if measured is None else f"{measured:.{2 if exact else 0}f}",
             "-" if estimated is None else f"{estimated:.1f}",
             error, off, term]
@@ -421,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         shipped(args.remeasure)
     elif args.command == "list":
         for config in generate(args.which):
-            print(config.name, config.half, config.dtype, "|", config.recompute, "|", config.model)
+            print(config.name, config.half, config.dtype, "|", config.recompute, "|", config.step, "|", config.model)
     else:
         compare(which=args.which)
     return 0

@@ -94,6 +94,9 @@ def _auto_parser(commands) -> None:
                       help=f"sustained fp16/bf16 TFLOPS of one device (default {DEFAULT_TFLOPS:g})")
     auto.add_argument("--host-bandwidth", type=_positive, default=DEFAULT_HOST_GBPS,
                       help=f"device<->host GB/s per direction (default {DEFAULT_HOST_GBPS:g})")
+    auto.add_argument("--margin", type=_percent, metavar="PERCENT",
+                      help="hold predicted peaks this many percent under the budget (default: 5 with --runtime cpu, "
+                           "the estimator's worst held-out under-estimate rounded up; 0 with ascend or --measure)")
     auto.add_argument("--output", "-o", help="write the planned YAML here")
     auto.add_argument("--json", action="store_true", help="print the result as JSON (bytes, seconds)")
     auto.add_argument("--measure", action="store_true",
@@ -115,6 +118,17 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
     return value
+
+
+def _percent(text: str) -> float:
+    """A percentage in [0, 100) as a share of 1."""
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage, got {text!r}") from None
+    if not 0 <= value < 100:
+        raise argparse.ArgumentTypeError(f"must be at least 0 and under 100, got {text}")
+    return value / 100
 
 
 def _positive(text: str) -> float:
@@ -212,10 +226,12 @@ def _auto(args: argparse.Namespace) -> int:
         return 2
     output = Path(args.output) if args.output else None
 
+    margin = args.margin if args.margin is not None else (0.0 if args.measure else None)
+
     def plan_for(target: int):
         return auto_plan(args.config, budget=target, runtime=args.runtime, host_budget=host,
                          hardware=Hardware(device_memory=target, tflops=args.tflops, host_gbps=args.host_bandwidth),
-                         output_name=str(output or args.config))
+                         output_name=str(output or args.config), margin=margin)
 
     try:
         if args.measure:

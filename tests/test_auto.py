@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mf_memopt.auto import auto_plan
+from mf_memopt.auto import InfeasibleBudget, auto_plan
 from mf_memopt.cli import main
 from mf_memopt.estimate import estimate_config
 from mf_memopt.estimate.report import human
@@ -47,16 +47,19 @@ def test_cpu_plan_is_printed_with_the_reference_plans(capsys, tmp_path):
     assert main(["auto", str(TINY), "--device-memory", f"{budget // MiB}MiB", "--runtime", "cpu",
                  "--output", str(out_file)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[2].split() == ["stage", "layers", "budget", "predicted", "peak", "host", "(swap)", "overhead",
+    target = budget - round(budget * 0.05)
+    assert lines[1] == (f"predicted peaks held to {human(target)}: the budget less a 5% margin for the estimator's "
+                        "error (--margin 0 to plan to the budget itself; --measure checks by training)")
+    assert lines[3].split() == ["stage", "layers", "budget", "predicted", "peak", "host", "(swap)", "overhead",
                                 "nothing:", "peak", "overhead", "full", "recompute:", "peak", "overhead"]
     peak = estimate_config(out_file, runtime="cpu").stages[0].peak.peak
-    assert full <= peak <= budget
-    row = lines[3].split()
+    assert full <= peak <= target
+    row = lines[4].split()
     assert row[:2] == ["0", "0-3"] and " ".join(row[2:4]) == human(budget) and " ".join(row[4:6]) == human(peak)
     assert row[6:8] == ["0", "B"] and 0.0 < float(row[8].rstrip("%")) < 33.3
     assert " ".join(row[9:11]) == human(nothing) and row[11] == "0.0%"
     assert " ".join(row[12:14]) == human(full) and row[14] == "33.3%"   # a forward more per forward + backward
-    assert lines[5].startswith("stage 0: 0") and "recompute" in lines[5] and lines[5].endswith(" keep")
+    assert lines[6].startswith("stage 0: 0") and "recompute" in lines[6] and lines[6].endswith(" keep")
     assert lines[-1] == f"written to {out_file}"
     written = yaml.safe_load(out_file.read_text())
     counts = written["recompute_config"]["recompute"]
@@ -222,7 +225,7 @@ def test_measure_tightens_by_the_measured_excess_at_most_three_times(tmp_path):
     from mf_memopt.auto.measure import measure_rounds
 
     def plan_for(target: int):
-        return auto_plan(TINY, budget=target, runtime="cpu")
+        return auto_plan(TINY, budget=target, runtime="cpu", margin=0.0)      # as `auto --measure` plans
 
     def train(config: Path, work: Path) -> int:
         planned = estimate_config(config, runtime="cpu").stages[0].peak.peak
@@ -251,3 +254,39 @@ def test_measure_trains_the_plan_and_stays_within_the_budget(capsys, tmp_path):
     measured = float(rounds[-1].split("measured pool peak ")[1].split(" MiB")[0])
     assert measured <= 45
     assert yaml.safe_load(out_file.read_text())["recompute_config"]["recompute"] != True  # noqa: E712
+
+
+def test_cpu_plans_keep_a_margin_for_the_estimators_error(capsys, tmp_path):
+    """On the cpu runtime the search holds predicted peaks 5% under the budget (the estimator's worst held-out
+    under-estimate, rounded up); --margin sets another share, 0 plans to the budget itself, and the smallest
+    budget an infeasible plan names includes the margin."""
+    budget, _, _ = _tiny_budget(tmp_path)
+    kept = auto_plan(TINY, budget=budget, runtime="cpu")
+    assert (kept.margin, kept.target) == (0.05, budget - round(budget * 0.05))
+    assert all(stage.peak.peak <= kept.target for stage in kept.estimate.stages)
+    assert "# mf_memopt auto: Predicted peaks held to " in kept.text
+    exact = auto_plan(TINY, budget=budget, runtime="cpu", margin=0.0)
+    assert exact.target == budget and "Predicted peaks held to" not in exact.text
+    assert max(stage.peak.peak for stage in exact.estimate.stages) >= \
+           max(stage.peak.peak for stage in kept.estimate.stages)
+    assert auto_plan(LLAMA7B, budget=40 * GiB).margin == 0.0                   # ascend: nothing measured here
+
+    with pytest.raises(InfeasibleBudget) as plain:
+        auto_plan(TINY, budget=20 * MiB, runtime="cpu", margin=0.0)
+    with pytest.raises(InfeasibleBudget) as held:
+        auto_plan(TINY, budget=20 * MiB, runtime="cpu", margin=0.1)
+    assert held.value.minimum[0] == -(-plain.value.minimum[0] * 10 // 9)
+    assert main(["auto", str(TINY), "--device-memory", "20MiB", "--runtime", "cpu", "--margin", "10"]) == 1
+    assert "can meet, with the 10% margin: stage 0: " in capsys.readouterr().err
+
+    assert main(["auto", str(TINY), "--device-memory", f"{budget // MiB}MiB", "--runtime", "cpu",
+                 "--margin", "2.5", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["margin"] == 0.025 and data["target_bytes"] == budget // MiB * MiB - round(budget // MiB * MiB * 0.025)
+
+
+@pytest.mark.parametrize("value", ["100", "-1", "lots"])
+def test_margin_is_a_percentage_under_100(capsys, value):
+    with pytest.raises(SystemExit):
+        main(["auto", str(TINY), "--device-memory", "1GiB", "--margin", value])
+    assert "--margin" in capsys.readouterr().err

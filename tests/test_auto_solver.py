@@ -108,7 +108,7 @@ def brute_force(config: Path, budget: int, runtime: str, choices: tuple[Choice, 
 
 def planned_cost(config: Path, budget: int, runtime: str, choices: tuple[Choice, ...]) -> float | None:
     try:
-        result = auto_plan(config, budget=budget, runtime=runtime, choices=choices)
+        result = auto_plan(config, budget=budget, runtime=runtime, choices=choices, margin=0.0)
     except InfeasibleBudget:
         return None
     assert all(stage.peak.peak <= budget for stage in result.estimate.stages)

@@ -13,7 +13,7 @@ def auto_text(result: AutoPlan) -> str:
     family = ("layer indices with swap" if result.family == "indices"
               else "per-stage counts (no swap)")
     lines = [f"{result.config}: {result.runtime} runtime; budget {human(result.budget)} of device memory per stage, "
-             f"host memory {host}; plan written as {family}", ""]
+             f"host memory {host}; plan written as {family}", _margin_line(result), ""]
     nothing, full = result.references["nothing"], result.references["full recompute"]
     rows = [["stage", "layers", "budget", "predicted peak", "host (swap)", "overhead", "nothing: peak", "overhead",
              "full recompute: peak", "overhead"]]
@@ -34,9 +34,20 @@ def auto_text(result: AutoPlan) -> str:
     return "\n".join(lines)
 
 
+def _margin_line(result: AutoPlan) -> str:
+    if result.margin:
+        return (f"predicted peaks held to {human(result.target)}: the budget less a {result.margin * 100:g}% margin "
+                f"for the estimator's error (--margin 0 to plan to the budget itself; --measure checks by training)")
+    if result.runtime == "cpu":
+        return "no margin: predicted peaks held to the budget itself"
+    return ("no margin: predicted peaks held to the budget itself (the ascend terms are not measured on this "
+            "machine; give --margin for headroom)")
+
+
 def auto_json(result: AutoPlan) -> dict:
     return {
         "config": result.config, "runtime": result.runtime, "budget_bytes": result.budget,
+        "margin": result.margin, "target_bytes": result.target,
         "host_budget_bytes": None if result.host_budget == INFINITE else result.host_budget,
         "family": result.family, "empty": result.empty, "fits": result.fits, "feasible": True,
         "stages": [_stage_json(plan, stage) for plan, stage in zip(result.stages, result.estimate.stages)],
@@ -61,13 +72,14 @@ def _reference(estimate: Estimate) -> list[dict]:
 def infeasible_text(error: InfeasibleBudget) -> str:
     parts = [f"stage {stage}: {human_up(value)}" + (" (binding)" if stage == error.binding else "")
              for stage, value in sorted(error.minimum.items())]
+    margin = f", with the {error.margin * 100:g}% margin" if error.margin else ""
     return (f"auto: no plan fits {human(error.budget)} of device memory per stage; the smallest budget each stage "
-            f"can meet: {', '.join(parts)}. Give at least {human_up(error.minimum[error.binding])} "
+            f"can meet{margin}: {', '.join(parts)}. Give at least {human_up(error.minimum[error.binding])} "
             f"(stage {error.binding} binds).")
 
 
 def infeasible_json(error: InfeasibleBudget) -> dict:
-    return {"feasible": False, "budget_bytes": error.budget, "binding_stage": error.binding,
+    return {"feasible": False, "budget_bytes": error.budget, "margin": error.margin, "binding_stage": error.binding,
             "minimum_budget_bytes": {str(stage): value for stage, value in sorted(error.minimum.items())}}
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config.errors import ConfigIssue
 from ..config.source import Source
+from .step import accumulation
 
 if TYPE_CHECKING:
     from ..models.family import ModelFamily
@@ -147,7 +148,7 @@ def _parallel(source: Source) -> ParallelSpec:
         sequence_parallel=bool(config.get("use_seq_parallel", False)), context=config.get("context_parallel", 1),
         vocab_emb_dp=bool(config.get("vocab_emb_dp", True)),
         optimizer_shard=bool(source.get(("parallel", "enable_parallel_optimizer"), False)),
-        grad_accumulation=source.get(("runner_config", "gradient_accumulation_steps")) or 1)
+        grad_accumulation=accumulation(source)[0])
 
 
 def _optimizer(source: Source) -> OptimizerSpec:
