@@ -35,10 +35,13 @@ class ApplyReport:
     skipped: tuple[Skip, ...]
     log_lines: tuple[str, ...]
     compressed: tuple[CompressAction, ...] = ()
+    preset: tuple[dict, ...] = ()   # marks the model's own cells set before the plan: {layer, path, set}
 
     def to_dict(self) -> dict:
         result = {"device_target": self.device_target, "set": [action.to_dict() for action in self.actions],
                   "not_offloaded": [skip.to_dict() for skip in self.skipped], "log": list(self.log_lines)}
+        if self.preset:
+            result["preset"] = list(self.preset)
         if self.compressed:
             result["compressed"] = [action.to_dict() for action in self.compressed]
         return result
@@ -62,8 +65,9 @@ def apply_plan(plan: Plan, model_or_layers: Any, *, device_target: str | None = 
     device = device_target or _current_device()
     lines = _log(formative_lines(plan))
     lines += _log([warning.render() for warning in plan.warnings], logging.WARNING)
-    lines += _log([issue.render() for issue in merge_layers(issues)], logging.WARNING)
+    lines += _log([issue.render() for issue in merge_layers(issues) if issue not in plan.warnings], logging.WARNING)
     lines += _log([f"Resolved: {conflict.message()}" for conflict in plan.conflicts])
+    preset = tuple(mark for index, layer in enumerate(layers) for mark in _preset(index, layer))
     install([action for actions in compressed for action in actions], compression)
     for actions, compress in zip(per_layer, compressed):
         _execute(actions)
@@ -76,7 +80,8 @@ def apply_plan(plan: Plan, model_or_layers: Any, *, device_target: str | None = 
                        actions=tuple(action for actions in per_layer for action in [*actions.recompute,
                                                                                    *actions.offload]),
                        skipped=tuple(skip for actions in per_layer for skip in actions.skipped),
-                       log_lines=tuple(lines), compressed=tuple(action for actions in compressed for action in actions))
+                       log_lines=tuple(lines), compressed=tuple(action for actions in compressed for action in actions),
+                       preset=preset)
 
 
 def find_layers(model_or_layers: Any, plan: Plan) -> list[Any]:
@@ -96,6 +101,21 @@ def find_layers(model_or_layers: Any, plan: Plan) -> list[Any]:
             message=f"the model has {len(layers)} decoder layers but the plan has {plan.num_layers}",
             hint="plan and build the model from the same YAML")])
     return layers
+
+
+_MARKS = ("recompute", "recompute_comm_op", "offload")
+
+
+def _preset(index: int, layer: Any) -> list[dict]:
+    """The marks a layer's primitives carry before the plan is applied: with MindFormers' handling off, the ones
+    its cells set themselves (an mcore Reshape's recompute). `verify` expects them in the graph too."""
+    found = []
+    for path, primitive, _ in cells.walk_primitives(layer):
+        attrs = getattr(primitive, "attrs", {})
+        for mark in _MARKS:
+            if mark in attrs:
+                found.append({"layer": index, "path": path, "set": {mark: attrs[mark]}})
+    return found
 
 
 def _execute(actions: LayerActions) -> None:

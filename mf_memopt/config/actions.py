@@ -10,7 +10,7 @@ a primitive that will be recomputed gets no offload attribute.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ..models.family import ModelFamily
@@ -73,15 +73,31 @@ def layer_actions(plan: LayerPlan, layer: Any, options: RecomputeOptions, family
         result.recompute.append(Action(layer=plan.layer, path="", target="cell", setting="recompute_cell",
                                        value=options.kwargs(), origin=plan.full_recompute, obj=layer))
     for kind in Kind:
+        missed: list[ConfigIssue] = []          # default patterns that match nothing
+        defaults_match = False
         for use in plan.uses(kind):
-            matches = _matches(family, layer, plan.layer, use.pattern, use.origin, file, issues)
+            matches = _matches(family, layer, plan.layer, use.pattern, use.origin, file,
+                               missed if use.default else issues)
+            defaults_match |= use.default and bool(matches)
+            note = family.default_note(use.pattern) if use.default and matches else None
+            if note:
+                issues.append(Where(file, use.origin).issue(f"in layer {plan.layer}, MindFormers' default pattern "
+                                                            f"`{use.pattern}` {note}", None, severity="warning"))
             if kind is not Kind.SELECT:
                 matches = primitives_only(matches, kind.value, plan.layer, use.pattern, Where(file, use.origin), issues)
             result.matched.setdefault(kind, []).append((use, matches))
             result.recompute += _recompute_actions(kind, plan.layer, use, matches)
+        issues += [_default_missed(issue) for issue in missed] if defaults_match else missed
     result.recompute = _final_settings(result.recompute)
     _offload_actions(plan, layer, result, family, file, issues)
     return result
+
+
+def _default_missed(issue: ConfigIssue) -> ConfigIssue:
+    """A default pattern that names nothing in this model while another default of the same setting does: it does
+    nothing, as in MindFormers, and is said once rather than refused."""
+    return replace(issue, severity="warning", message=f"{issue.message}; it is one of MindFormers' default patterns, "
+                                                      "the others apply")
 
 
 def _final_settings(actions: list[Action]) -> list[Action]:

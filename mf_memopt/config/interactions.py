@@ -139,7 +139,7 @@ class _Tables:
 
     def __init__(self, rules: Rules):
         self.rules = rules
-        self.uses = [Use(pattern=rule.pattern, origin=rule.origin) for rule in rules.patterns]
+        self.uses = [Use(pattern=rule.pattern, origin=rule.origin, default=rule.default) for rule in rules.patterns]
         self.swap_uses = [SwapUse(pattern=rule.pattern, prefetch=rule.prefetch, origin=rule.origin,
                                   default=rule.default) for rule in rules.swaps]
         self.kinds = [rule.kind for rule in rules.patterns]

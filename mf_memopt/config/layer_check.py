@@ -20,8 +20,8 @@ from .plan import LayerPlan, Plan
 
 
 def layer_issues(plan: Plan, tree: Any) -> list[ConfigIssue]:
-    """The errors `apply` would find in every layer, found on the recorded layer, named per layer as `apply`
-    names them. All decoder layers of a model have the same cells: layers with the same rules are resolved
+    """The errors and warnings `apply` would find in every layer, found on the recorded layer, named per layer
+    as `apply` names them. All decoder layers of a model have the same cells: layers with the same rules are resolved
     once, and the problems repeated for each of them."""
     resolved: dict[LayerPlan, tuple[int, list[ConfigIssue]]] = {}
     issues: list[ConfigIssue] = []
@@ -33,7 +33,7 @@ def layer_issues(plan: Plan, tree: Any) -> list[ConfigIssue]:
         issues += [issue if layer.layer == first else
                    replace(issue, message=issue.message.replace(f"in layer {first}", f"in layer {layer.layer}", 1))
                    for issue in found]
-    return merge_layers([issue for issue in issues if issue.severity == "error"])
+    return merge_layers(issues)
 
 
 def _issues(plan: Plan, layer: LayerPlan, tree: Any) -> list[ConfigIssue]:

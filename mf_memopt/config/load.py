@@ -8,6 +8,7 @@ Every stage adds to one list of issues; errors are raised together at the end.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,9 @@ def load_plan(config: str | Path | Mapping[str, Any], *, strict: bool = False) -
 
 def plan_source(source: Source, *, strict: bool = False) -> Plan:
     family = family_of(source)
+    source, spelled = family.view(source)
     source, cast = integral_offsets(source, family.keys)
-    issues = [*source.warnings, *cast, *schema_issues(source, family)]
+    issues = [*source.warnings, *spelled, *cast, *schema_issues(source, family)]
     blocked = _blocker(issues)
     keys = family.keys
     layout_keys = (keys.num_layers, keys.interleave, keys.offset, PIPELINE_STAGE)
@@ -50,7 +52,9 @@ def plan_source(source: Source, *, strict: bool = False) -> Plan:
     plan = resolve(rules, layout, family=family, file=source.file, warnings=warnings)
     tree = family.layer_tree(source)
     if tree is not None:
-        raise_if_errors(layer_issues(plan, tree))
+        found = unique(layer_issues(plan, tree))
+        raise_if_errors(found)
+        plan = replace(plan, warnings=(*plan.warnings, *found))
     if strict and plan.conflicts:
         raise ConfigError([_conflict_issue(source, conflict) for conflict in plan.conflicts])
     return plan

@@ -20,6 +20,7 @@ class Use:
 
     pattern: str
     origin: Origin
+    default: bool = False           # the family's default pattern (MindFormers'), not one the YAML names
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -39,7 +39,8 @@ class SectionReader:
 
     def origin(self, path: KeyPath) -> Origin:
         file = self.source.file_of(path)
-        return Origin(path=path, line=self.source.line_of(path), file=file if file != self.source.file else None)
+        return Origin(path=self.source.written(path), line=self.source.line_of(path),
+                      file=file if file != self.source.file else None)
 
     def section(self, path: KeyPath) -> dict:
         value = self.source.get(path)

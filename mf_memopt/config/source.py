@@ -7,7 +7,7 @@ and follows `base_config` as MindFormers does (`inherit`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,15 @@ class Source:
     files: Mapping[KeyPath, str] = field(default_factory=dict)
     warnings: tuple[ConfigIssue, ...] = ()
     text: str = ""              # the top file's text, as read (what `auto` rewrites)
+    renames: Mapping[KeyPath, KeyPath] = field(default_factory=dict)   # read at -> written at (`read_as`)
+
+    def written(self, path: KeyPath) -> KeyPath:
+        """Where the user wrote `path`: a key a family reads under another name is reported by its own."""
+        for end in range(len(path), 0, -1):
+            moved = self.renames.get(tuple(path[:end]))
+            if moved is not None:
+                return (*moved, *path[end:])
+        return tuple(path)
 
     def _located(self, path: KeyPath) -> KeyPath | None:
         for end in range(len(path), 0, -1):
@@ -69,8 +78,36 @@ class Source:
 
     def issue(self, path: KeyPath, message: str, hint: str | None = None, *,
               severity: str = "error") -> ConfigIssue:
-        return ConfigIssue(file=self.file_of(path), line=self.line_of(path), path=key_path(path),
+        return ConfigIssue(file=self.file_of(path), line=self.line_of(path), path=key_path(self.written(path)),
                            message=message, hint=hint, severity=severity)
+
+
+def read_as(source: Source, moves: Mapping[KeyPath, KeyPath]) -> Source:
+    """`source` with each written key (a value of `moves`) also readable at its key (the path it is read at),
+    with its lines, and reported by its written path. A family whose YAML spells a key or section its own way
+    (an alias, a section kept in model_config) is read by every stage as the common spelling."""
+    data, lines, files, renames = dict(source.data), dict(source.lines), dict(source.files), dict(source.renames)
+    for read_at, written_at in moves.items():
+        if not source.has(written_at) or tuple(read_at) == tuple(written_at):
+            continue
+        data = _put(data, read_at, source.get(written_at))
+        size = len(written_at)
+        for path, line in source.lines.items():
+            if path[:size] == tuple(written_at):
+                lines[(*read_at, *path[size:])] = line
+                if path in source.files:
+                    files[(*read_at, *path[size:])] = source.files[path]
+        renames[tuple(read_at)] = tuple(written_at)
+    return replace(source, data=data, lines=lines, files=files, renames=renames)
+
+
+def _put(data: dict, path: KeyPath, value: Any) -> dict:
+    """A copy of `data` with `value` at `path` (the mappings on the way copied, not changed)."""
+    head, *rest = path
+    if not rest:
+        return {**data, head: value}
+    inner = data.get(head)
+    return {**data, head: _put(inner if isinstance(inner, dict) else {}, tuple(rest), value)}
 
 
 def load_source(config: str | Path | Mapping[str, Any]) -> Source:

@@ -47,10 +47,15 @@ class ModelSpec:
     dtypes: tuple[tuple[str, str], ...] = ()  # (YAML key, dtype name) as resolved, MindFormers' defaults filled in
     clip_grad: bool = False     # runner_wrapper.use_clip_grad: the train step's clip-grad casts gradients to float32
     roles: tuple[tuple[str, str], ...] = ()   # (role, dtype name): see DTYPE_ROLES
+    head_size: int = 0          # the width of one attention head when the model sets it (mcore head_dim)
+    qk_norm: bool = False       # an RMSNorm of queries and keys per head (Qwen3): 2 * head_dim weights a layer
 
     def to_dict(self) -> dict:
         result = asdict(self)
         del result["roles"]
+        for key, default in (("head_size", 0), ("qk_norm", False)):   # only where a family sets them
+            if result[key] == default:
+                del result[key]
         return result
 
     @property
@@ -87,14 +92,15 @@ class ModelSpec:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.head_size or self.hidden // self.heads
 
     def layer_param_list(self) -> list[int]:
         """Parameters of one decoder layer in optimizer order: the attention's query, key, value and output
         projections, the MLP's gate, down and up projections, the two norms."""
         d, h, f = self.head_dim, self.hidden, self.ffn
+        norms = [h, h, d, d] if self.qk_norm else [h, h]
         return [h * self.heads * d, h * self.kv_heads * d, h * self.kv_heads * d, self.heads * d * h,
-                h * f, f * h, h * f, h, h]
+                h * f, f * h, h * f, *norms]
 
     @property
     def layer_params(self) -> int:

@@ -66,6 +66,11 @@ class ModelFamily:
     ir_layer_scope: re.Pattern[str]          # group 1: layer index, group 2: the scope below the layer
 
     # --- config stage -------------------------------------------------------------------------
+    def view(self, source: Source) -> tuple[Source, list[ConfigIssue]]:
+        """The YAML as the stages read it (a family that spells keys or sections its own way presents them in the
+        common spelling, reported where they were written), and what is wrong with that spelling."""
+        return source, []
+
     def model_issues(self, source: Source) -> list[ConfigIssue]:
         """Cross-key rules MindFormers checks only when it builds the model (divisibility ...)."""
         raise NotImplementedError
@@ -82,6 +87,10 @@ class ModelFamily:
     def pattern_hint(self, pattern: str) -> str | None:
         """A hint for a default pattern that matches nothing in this model (why, and what to name)."""
         raise NotImplementedError
+
+    def default_note(self, pattern: str) -> str | None:
+        """What to say when a default pattern matches something it does not act on (an operator never run)."""
+        return None
 
     # --- apply stage ---------------------------------------------------------------------------
     def decoder_layers(self, network: Any) -> list[Any] | None:
@@ -120,9 +129,26 @@ class ModelFamily:
         """The matmul-class operators of one layer and their forward FLOPs (`estimate.inventory.Op`)."""
         raise NotImplementedError
 
+    dataset_columns: tuple[str, ...] = ("input_ids",)   # the columns of a generated dataset (`runtime/data.py`)
     cell_outputs: frozenset[str] = frozenset()   # operators whose output is their recomputed cell's output
     cpu_measured_on: dict[str, str] = {}         # the versions the CPU memory model was read off (`estimate.versions`)
 
     def cpu_checkpoints(self, model: Any, effects: list[Any]) -> list[Any]:
         """The moments of a CPU training step whose largest is the memory-pool peak (`estimate.memory`)."""
         raise NotImplementedError
+
+
+def first_layer_list(network: Any) -> list[Any] | None:
+    """The first child cell list named `layers`, breadth first: a decoder's layers, in order."""
+    pending = [network]
+    while pending:
+        current = pending.pop(0)
+        for name, child in _children(current):
+            if name == "layers" and _children(child):
+                return [layer for _, layer in _children(child)]
+            pending.append(child)
+    return None
+
+
+def _children(cell: Any) -> list[tuple[str, Any]]:
+    return [(name, child) for name, child in cell._cells.items() if child is not None]

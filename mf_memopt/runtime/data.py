@@ -1,8 +1,9 @@
 """A small MindRecord file of generated token sequences, for training without a download.
 
 `python -m mf_memopt.data CONFIG [--out PATH] [--num_samples N]` writes the file a training
-YAML reads (`train_dataset.data_loader.dataset_dir`), sized from its model
-(`seq_length + 1` ids per sample, ids below `vocab_size`). The launcher does the same on
+YAML reads (`train_dataset.data_loader.dataset_dir`), sized from its model (`seq_length + 1`
+ids per sample, ids below `vocab_size`) in the columns its family reads: a legacy model shifts
+`input_ids` itself; an mcore model reads `input_ids` and the next tokens as `labels`. The launcher does the same on
 first use when the YAML has a top-level `generated_dataset:` section
 (`{num_samples, seed}`), so the shipped configs train from a fresh clone.
 
@@ -38,6 +39,7 @@ class TokenSpec:
     seq_length: int
     vocab_size: int
     seed: int
+    columns: tuple[str, ...] = (COLUMN,)
 
 
 def synthetic_tokens(num_samples: int, seq_length: int, vocab_size: int, seed: int) -> Any:
@@ -66,13 +68,20 @@ def write_mindrecord(spec: TokenSpec) -> Path:
         page, header = _page_and_header(tokens.nbytes)
         writer.set_page_size(page)
         writer.set_header_size(header)
-        writer.add_schema({COLUMN: {"type": "int32", "shape": [-1]}}, "generated tokens")
-        writer.write_raw_data([{COLUMN: row} for row in tokens])
+        writer.add_schema({column: {"type": "int32", "shape": [-1]} for column in spec.columns}, "generated tokens")
+        writer.write_raw_data([_sample(row, spec.columns) for row in tokens])
         writer.commit()
         # The index names the data file by its base name only, so both move together.
         os.replace(f"{staged}.db", f"{spec.path}.db")
         os.replace(staged, spec.path)
     return spec.path
+
+
+def _sample(row: Any, columns: tuple[str, ...]) -> dict[str, Any]:
+    """One sample: the whole sequence as `input_ids`, or `input_ids` and the ids one position on as `labels`."""
+    if columns == (COLUMN,):
+        return {COLUMN: row}
+    return {COLUMN: row[:-1], "labels": row[1:]}
 
 
 def _page_and_header(data_bytes: int) -> tuple[int, int]:
@@ -94,7 +103,8 @@ def token_spec(source: Source, *, path: str | Path | None = None, num_samples: i
     target = path if path is not None else source.get(DATASET_DIR)
     if not isinstance(target, (str, Path)) or not str(target):
         issues.append(source.issue(DATASET_DIR, "names no file to write", "set it, or pass --out PATH"))
-    keys = family_of(source).keys
+    family = family_of(source)
+    keys = family.keys
     values = {"seq_length": _int(source, keys.seq_length, None, issues),
               "vocab_size": _int(source, keys.vocab_size, None, issues),
               "num_samples": num_samples or _int(source, (*GENERATED, "num_samples"), 32, issues),
@@ -103,7 +113,7 @@ def token_spec(source: Source, *, path: str | Path | None = None, num_samples: i
         issues.append(source.issue(keys.vocab_size, "must be >= 2 to generate tokens"))
     if issues:
         raise ConfigError(issues)
-    return TokenSpec(path=Path(target), **values)
+    return TokenSpec(path=Path(target), columns=family.dataset_columns, **values)
 
 
 def _int(source: Source, path: tuple, default: int | None, issues: list, minimum: int = 1) -> int | None:

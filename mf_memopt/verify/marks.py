@@ -97,7 +97,7 @@ def _compile(config: str | Path, directory: Path, report: Path) -> None:
 def compare(report: dict, graph: Graph, num_layers: int, scopes: dict[str, str] | None = None) -> list[LayerCheck]:
     """Layer by layer, the marks of the graph against the apply report; `scopes` are the family's compressed cells
     (`Compression.scopes`)."""
-    expected = _expected(report)
+    expected, planned = _expected(report), _expected({"set": report["set"]})
     consumers = graph.users()
     checks = []
     for layer in range(num_layers):
@@ -105,7 +105,7 @@ def compare(report: dict, graph: Graph, num_layers: int, scopes: dict[str, str] 
         nodes = graph.forward(layer)
         want = expected[layer]
         check.recompute = ["layer" if path == "" else path for path in sorted(want["recompute_cell"])]
-        check.recompute += sorted(path for path, on in want["recompute"].items() if on)
+        check.recompute += sorted(path for path, on in planned[layer]["recompute"].items() if on)
         copies = [node for node in graph.nodes if node.layer == layer and node.duplicated]
         check.copies = len(copies)
         producers = {(node.graph, node.ref): node for node in nodes}
@@ -118,7 +118,7 @@ def compare(report: dict, graph: Graph, num_layers: int, scopes: dict[str, str] 
             witnessed[name] = _check_attribute(check, nodes, producers, wanted, name, read)
         _check_rules_left_marks(check, witnessed, report, layer)
         _check_cells(check, nodes, want["recompute_cell"])
-        _check_effect(check, copies, want)
+        _check_effect(check, copies, planned[layer])
         _check_rule2(check, nodes, consumers)
         for node in nodes:
             if node.offload:
@@ -135,7 +135,7 @@ def compare(report: dict, graph: Graph, num_layers: int, scopes: dict[str, str] 
 
 def _expected(report: dict) -> dict[int, dict[str, dict]]:
     expected: dict[int, dict[str, dict]] = defaultdict(lambda: defaultdict(dict))
-    for entry in report["set"]:
+    for entry in [*report.get("preset", []), *report["set"]]:     # the plan's setting wins over a preset mark
         ((setting, value),) = entry["set"].items()
         expected[entry["layer"]][setting][entry["path"]] = value
     return expected

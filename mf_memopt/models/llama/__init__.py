@@ -13,7 +13,7 @@ from typing import Any
 
 from ...config.errors import ConfigIssue
 from ...config.source import Source
-from ..family import AutoCells, Defaults, ModelFamily, ModelKeys
+from ..family import AutoCells, Defaults, ModelFamily, ModelKeys, first_layer_list
 from . import checks
 
 _MODEL = ("model", "model_config")
@@ -61,15 +61,7 @@ class LlamaFamily(ModelFamily):
         return _PATTERN_HINTS.get(pattern)
 
     def decoder_layers(self, network: Any) -> list[Any] | None:
-        """The first child cell list named `layers`, breadth first."""
-        pending = [network]
-        while pending:
-            current = pending.pop(0)
-            for name, child in _children(current):
-                if name == "layers" and _children(child):
-                    return [layer for _, layer in _children(child)]
-                pending.append(child)
-        return None
+        return first_layer_list(network)
 
     @property
     def compression(self) -> Any:
@@ -111,10 +103,6 @@ class LlamaFamily(ModelFamily):
         from .cpu_memory import cpu_checkpoints
 
         return cpu_checkpoints(model, effects)
-
-
-def _children(cell: Any) -> list[tuple[str, Any]]:
-    return [(name, child) for name, child in cell._cells.items() if child is not None]
 
 
 LLAMA = LlamaFamily()

@@ -1,0 +1,117 @@
+"""MindFormers 1.9's own ("mcore") dense models: Qwen3 and TeleChat3 (`use_legacy: False`).
+
+A decoder layer is `model.decoder.layers.N` (`TransformerLayer`): `input_layernorm`,
+`self_attention` (`linear_qkv` with q, k and v fused, `q_layernorm` and `k_layernorm` in Qwen3,
+`apply_rotary_pos_emb`, `core_attention` holding the `flash_attention` primitive, `linear_proj`),
+`pre_mlp_layernorm` and `mlp` (`linear_fc1` with gate and up fused, `activation_func` (SwiGlu:
+`silu` and `mul`) and `linear_fc2`). Keys are Hugging Face style (`keys.py`). The MoE models of
+the same generation (Qwen3-MoE, DeepSeek-V3, TeleChat3-MoE) share the keys and the layout; their
+MLP is not modelled here, and the estimate says so.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from ...config.errors import ConfigIssue
+from ...config.source import Source
+from ..family import AutoCells, Defaults, ModelFamily, ModelKeys, first_layer_list
+from .keys import MODEL, mcore_view
+
+# MindFormers' own default patterns for mcore models (parallel_core/training_graph/transformer/utils.py)
+DEFAULT_SELECT = (r"mlp\.shared_experts\.mul", r"mlp\.shared_experts\.activation_func\.silu", r"mlp\.mul",
+                  r"mlp\.activation_func\.silu")
+DEFAULT_COMM = r".*\.norm"
+# MindFormers' default swap pattern is `.*\.flash_attention`, which names nothing in an mcore layer (the primitive
+# is one level deeper). mf_memopt's default strategy swaps what it means: the flash attention's output.
+DEFAULT_SWAP = r"self_attention\.core_attention\.flash_attention"
+_PATTERN_HINTS = {
+    r"mlp\.mul": "MindFormers' default pattern mlp\\.mul names MLPInterleaved's `mul`, which a SwiGlu MLP never "
+                 "runs (SwiGlu multiplies in its own mlp.activation_func.mul)",
+    r"mlp\.shared_experts\.mul": "the default shared-experts patterns name cells only MoE models with shared "
+                                 "experts have",
+    r"mlp\.shared_experts\.activation_func\.silu": "the default shared-experts patterns name cells only MoE models "
+                                                   "with shared experts have",
+    DEFAULT_COMM: "the default comm pattern names a `norm` operator: an mcore layer's FusedRMSNorm cells hold one "
+                  "(input_layernorm.norm, ...)",
+}
+
+
+class McoreFamily(ModelFamily):
+    name = "mcore"
+    schema = "model_mcore"
+    keys = ModelKeys(num_layers=(*MODEL, "num_hidden_layers"), interleave=(*MODEL, "pp_interleave_num"),
+                     offset=(*MODEL, "offset"), seq_length=(*MODEL, "seq_length"),
+                     vocab_size=(*MODEL, "vocab_size"), hidden_size=(*MODEL, "hidden_size"))
+    defaults = Defaults(select=DEFAULT_SELECT, comm=(DEFAULT_COMM,), swap=DEFAULT_SWAP,
+                        compress_dense=r"mlp\.linear_fc2")
+    auto_cells = AutoCells(select=("mlp", "self_attention"), swap=("self_attention", "mlp"),
+                           attention_prefix="self_attention.")
+    ir_layer_scope = re.compile(r"layers-CellList/(\d+)-[^/]+/?(.*)$")
+    cell_outputs = frozenset({"self_attention.linear_proj.matmul", "mlp.linear_fc2.matmul"})
+    cpu_measured_on = {"mindspore": "2.9.0", "mindformers": "1.9.0"}
+    dataset_columns = ("input_ids", "labels")    # the model does not shift: labels[t] is the token after t
+
+    def view(self, source: Source) -> tuple[Source, list[ConfigIssue]]:
+        return mcore_view(source)
+
+    def model_issues(self, source: Source) -> list[ConfigIssue]:
+        from .checks import model_issues
+
+        return model_issues(source)
+
+    def swap_scope_issues(self, source: Source) -> list[ConfigIssue]:
+        from .checks import swap_scope_issues
+
+        return swap_scope_issues(source)
+
+    def layer_tree(self, source: Source) -> Any:
+        from .layers import layer_tree
+
+        return layer_tree(source)
+
+    def pattern_hint(self, pattern: str) -> str | None:
+        return _PATTERN_HINTS.get(pattern)
+
+    def default_note(self, pattern: str) -> str | None:
+        if pattern == r"mlp\.mul":
+            return ("names MLPInterleaved's `mul`, which a SwiGlu MLP never runs (SwiGlu multiplies in "
+                    "mlp.activation_func.mul): it recomputes nothing")
+        return None
+
+    def decoder_layers(self, network: Any) -> list[Any] | None:
+        return first_layer_list(network)
+
+    @property
+    def compression(self) -> Any:
+        from .compression import COMPRESSION
+
+        return COMPRESSION
+
+    def backend_issues(self, model_config: Any, device_target: str, source: Source | None) -> list[ConfigIssue]:
+        from .backend import backend_issues
+
+        return backend_issues(model_config, device_target, source)
+
+    def prepare_build(self, config: Any, device_target: str, log: Callable[[str], None]) -> None:
+        from .backend import prepare_build
+
+        prepare_build(config, device_target, log)
+
+    def after_build(self, network: Any, config: Any, device_target: str, log: Callable[[str], None]) -> list[str]:
+        from .backend import after_build
+
+        return after_build(network, config, device_target, log)
+
+    def model_spec(self, source: Source, issues: list[ConfigIssue]) -> Any:
+        # The shape is read (`spec.py`); the memory of an mcore layer is not modelled until its inventory has been
+        # measured on held-out configs, and the estimate does not price the model as something it is not.
+        issues.append(source.issue(("use_legacy",), "the estimate does not model mcore layers (use_legacy: False) "
+                                   "yet", "validate, plan, verify and the launcher apply; measure its memory by "
+                                   "training it"))
+        return None
+
+
+MCORE = McoreFamily()

@@ -1,0 +1,148 @@
+"""How MindFormers 1.9 reads an mcore model's YAML keys, so that every stage reads them the same way.
+
+An mcore model (`use_legacy: False`) names its keys Hugging Face style (`num_hidden_layers`,
+`num_attention_heads`, ...). MindFormers' converter (`parallel_core/transformer_config_utils.py`)
+also knows older aliases for them (`num_layers`, `num_heads`, ...), but the model's own config
+class (`Qwen3Config`, `TeleChat3Config`) always fills the Hugging Face key with its default, so an
+alias conflicts with it and the build stops ("Mapping Conflicts"). A key the YAML leaves out takes
+that class's default (`ARCHITECTURES`), or the `TransformerConfig` default for the dtypes.
+
+Swap has two spellings: the seeds' top-level `swap_config`, and MindFormers' own for these models,
+`swap`, `layer_swap`, `op_swap` and `default_prefetch` in `model.model_config`. Plain MindFormers
+ignores a top-level `swap_config` for an mcore model. `mcore_view` lets the stages read either as
+`swap_config`, and reports the keys by where the user wrote them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ...config.errors import ConfigIssue
+from ...config.source import KeyPath, Source, read_as
+
+MODEL: KeyPath = ("model", "model_config")
+SWAP_KEYS = ("swap", "layer_swap", "op_swap", "default_prefetch")
+# model_config keys MindFormers' converter refuses for mcore models (it reads recompute_config at the top level)
+RECOMPUTE_KEYS = ("recompute", "select_recompute", "select_comm_recompute", "select_recompute_exclude",
+                  "select_comm_recompute_exclude", "recompute_slice_activation", "mp_comm_recompute",
+                  "parallel_optimizer_comm_recompute")
+# the key mf_memopt reads -> the aliases MindFormers' converter maps to the same target
+ALIASES = {
+    "num_hidden_layers": ("num_layers", "n_layer"),
+    "num_attention_heads": ("num_heads", "n_head"),
+    "num_key_value_heads": ("n_kv_heads", "num_query_groups"),
+    "intermediate_size": ("ffn_hidden_size",),
+    "head_dim": ("kv_channels",),
+    "params_dtype": ("param_init_type",),
+    "qk_layernorm": ("use_qk_norm",),
+    "pp_interleave_num": ("virtual_pipeline_model_parallel_size",),
+    "num_nextn_predict_layers": ("mtp_depth", "mtp_num_layers"),
+    "num_experts": ("expert_num", "n_routed_experts", "num_moe_experts"),
+}
+# TransformerConfig's dtype defaults (MindFormers 1.9), for keys the YAML leaves out
+DTYPE_DEFAULTS = {"params_dtype": "float32", "compute_dtype": "bfloat16", "layernorm_compute_dtype": "float32",
+                  "softmax_compute_dtype": "float32", "rotary_dtype": "float32"}
+
+
+@dataclass(frozen=True, slots=True)
+class Architecture:
+    """A model class MindFormers 1.9 builds for `use_legacy: False`, and its config class's defaults."""
+
+    name: str                   # model_config.architectures
+    model_type: str             # model_config.model_type
+    trains: bool                # MindFormers builds it in train mode (others raise NotImplementedError)
+    moe: bool
+    defaults: dict[str, Any]    # the config class's defaults of the keys mf_memopt reads
+
+
+_HF = {"hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32, "num_attention_heads": 32,
+       "num_key_value_heads": 32, "head_dim": 128, "seq_length": 4096, "tie_word_embeddings": False}
+ARCHITECTURES = {arch.name: arch for arch in (
+    Architecture("Qwen3ForCausalLM", "qwen3", True, False, {**_HF, "vocab_size": 151936, "qk_layernorm": True}),
+    Architecture("TeleChat3ForCausalLM", "telechat3", True, False, {**_HF, "vocab_size": 131072,
+                                                                     "qk_layernorm": False}),
+    Architecture("Qwen3MoeForCausalLM", "qwen3_moe", True, True, {}),
+    Architecture("DeepseekV3ForCausalLM", "deepseek_v3", True, True, {}),
+    Architecture("TeleChat3MoeForCausalLM", "telechat3_moe", True, True, {}),
+    Architecture("Qwen2ForCausalLM", "qwen2", False, False, {}),
+    Architecture("Glm4ForCausalLM", "glm4", False, False, {}),
+    Architecture("Glm4MoeForCausalLM", "glm4_moe", False, True, {}),
+    Architecture("TeleChat2ForCausalLM", "telechat2", False, False, {}),
+)}
+_BY_TYPE = {arch.model_type: arch for arch in ARCHITECTURES.values()}
+
+
+def architecture(source: Source) -> tuple[Architecture | None, KeyPath]:
+    """The architecture the YAML names (`architectures`, else `model_type`), and the key that names it."""
+    named = source.get((*MODEL, "architectures"))
+    if isinstance(named, list) and named:
+        named = named[0]
+    if isinstance(named, str):
+        return ARCHITECTURES.get(named), (*MODEL, "architectures")
+    kind = source.get((*MODEL, "model_type"))
+    if isinstance(kind, str):
+        return _BY_TYPE.get(kind), (*MODEL, "model_type")
+    return None, (*MODEL, "architectures")
+
+
+def mcore_view(source: Source) -> tuple[Source, list[ConfigIssue]]:
+    """The YAML as the stages read it (aliases under their Hugging Face names, MindFormers' swap spelling as
+    `swap_config`), and what is wrong with how it spells them."""
+    issues: list[ConfigIssue] = []
+    model = source.get(MODEL)
+    model = model if isinstance(model, dict) else {}
+    moves: dict[KeyPath, KeyPath] = {}
+    arch, _ = architecture(source)
+    for key, aliases in ALIASES.items():
+        written = [name for name in (key, *aliases) if name in model]
+        if len(written) > 1:
+            issues.append(source.issue((*MODEL, written[1]), f"{' and '.join(written)} are one key to MindFormers "
+                                       f"(`{key}`); giving both stops its build (Mapping Conflicts)",
+                                       f"keep only {key}"))
+        elif written and written[0] != key:
+            alias = written[0]
+            if arch is not None and key in arch.defaults:
+                issues.append(source.issue((*MODEL, alias), f"`{alias}` conflicts with `{key}`, which "
+                                           f"{arch.name}'s config always sets (default {arch.defaults[key]}): "
+                                           "MindFormers stops its build (Mapping Conflicts)", f"rename it to {key}"))
+            moves[(*MODEL, key)] = (*MODEL, alias)
+    for key in RECOMPUTE_KEYS:
+        if key in model:
+            issues.append(source.issue((*MODEL, key), "MindFormers refuses recompute keys in model_config for "
+                                       "mcore models (its converter stops the build)",
+                                       f"move it to the top-level recompute_config: recompute_config.{key}"))
+    if "cpu_offloading" in model:
+        issues.append(source.issue((*MODEL, "cpu_offloading"), "cpu_offloading conflicts with `swap`, which "
+                                   "MindFormers always sets for mcore models (Mapping Conflicts)",
+                                   "write model_config.swap: true, or a top-level swap_config"))
+    in_model = [key for key in SWAP_KEYS if key in model]
+    if in_model and source.has(("swap_config",)):
+        issues.append(source.issue((*MODEL, in_model[0]), "swap is set twice: in the top-level swap_config and in "
+                                   f"model.model_config ({', '.join(in_model)})",
+                                   "keep one: model_config (MindFormers' own spelling for mcore models) or "
+                                   "swap_config"))
+    elif in_model:
+        moves.update({("swap_config", key): (*MODEL, key) for key in in_model})
+    elif isinstance(source.get(("swap_config",)), dict) and source.get(("swap_config", "swap")) is True:
+        issues.append(source.issue(("swap_config",), "plain MindFormers ignores the top-level swap_config for mcore "
+                                   "models (use_legacy: False); mf_memopt applies it",
+                                   "to run the same YAML without mf_memopt, write swap, layer_swap and op_swap in "
+                                   "model.model_config", severity="warning"))
+    view = read_as(source, moves)
+    if in_model and not source.has(("swap_config",)):
+        lines = dict(view.lines)
+        lines[("swap_config",)] = source.line_of((*MODEL, in_model[0])) or 0
+        view = replace(view, lines=lines, renames={**view.renames, ("swap_config",): MODEL})
+    return view, issues
+
+
+def model_value(view: Source, key: str) -> Any:
+    """A model key as MindFormers builds it: the YAML's value, else the architecture's default."""
+    value = view.get((*MODEL, key))
+    if value is not None:
+        return value
+    if key in DTYPE_DEFAULTS:
+        return DTYPE_DEFAULTS[key]
+    arch, _ = architecture(view)
+    return arch.defaults.get(key) if arch is not None else None

@@ -1,0 +1,130 @@
+"""One tiny Qwen3 built twice per case: by MindFormers applying the YAML's sections itself (its mcore
+`LayerSetting`), and by mf_memopt (MindFormers' handling off, then `apply_plan`). Prints, as one JSON line,
+{case: {"theirs": marks, "ours": marks, "off": marks of the model before mf_memopt applied its plan}}.
+
+    python tests/mcore_differential.py [CASE ...]
+
+Run by tests/test_differential_mcore.py in a child process (an mcore build switches MindFormers'
+process-wide context). Swap is written in MindFormers' own spelling (`model_config: {swap, layer_swap,
+op_swap}`), which is what MindFormers reads for these models; recompute in the top-level section.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("GLOG_v", "3")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+MARKS = ("recompute", "recompute_comm_op", "offload", "backward_prefetch")
+_MODEL = {"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "head_dim": 16, "intermediate_size": 128, "vocab_size": 128, "seq_length": 32, "max_position_embeddings": 32,
+          "hidden_act": "swiglu", "add_bias_linear": False, "qkv_concat": True, "use_flash_attention": True,
+          "position_embedding_type": "rope", "qk_layernorm": True, "params_dtype": "float32",
+          "compute_dtype": "float32", "layernorm_compute_dtype": "float32", "softmax_compute_dtype": "float32",
+          "rotary_dtype": "float32", "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]}
+CASES = {
+    "full recompute by per-stage count": {"recompute": {"recompute": [2]}},
+    "full recompute of every layer": {"recompute": {"recompute": True}},
+    "select recompute, default patterns, with full recompute": {"recompute": {"recompute": [1],
+                                                                              "select_recompute": True}},
+    "select recompute by pattern dict": {"recompute": {"select_recompute": {
+        "mlp\\.linear_fc1": [3], "self_attention\\.linear_qkv\\.matmul": True}}},
+    "select recompute of cells by list": {"recompute": {"select_recompute": ["mlp", "self_attention\\.q_layernorm"]}},
+    "comm recompute": {"recompute": {"select_comm_recompute": {"input_layernorm\\.cast": True,
+                                                              ".*_layernorm\\.norm": [2]}}},
+    "exclude inside a recomputed cell": {"recompute": {
+        "select_recompute": ["mlp"], "select_recompute_exclude": ["mlp\\.activation_func\\.mul"],
+        "select_comm_recompute": [".*_layernorm\\.norm"],
+        "select_comm_recompute_exclude": {"pre_mlp_layernorm\\.norm": [2]}}},
+    "layer swap": {"swap": {"swap": True, "layer_swap": [{"backward_prefetch": 20, "layers": [0, 3]}]}},
+    "op swap": {"swap": {"swap": True, "op_swap": [
+        {"op_name": "self_attention", "backward_prefetch": 20, "layers": [0, 1, 2]},
+        {"op_name": "self_attention", "backward_prefetch": 10, "layers": [3]},
+        {"op_name": "mlp", "backward_prefetch": 15, "layers": [1, 2]}]}},
+    "op swap of an operator": {"swap": {"swap": True, "op_swap": [
+        {"op_name": "self_attention\\.core_attention\\.flash_attention", "backward_prefetch": 2, "layers": [1]}]}},
+    "swap with select recompute": {"recompute": {"select_recompute": {"mlp": [0, 3]}}, "swap": {
+        "swap": True, "op_swap": [{"op_name": "self_attention", "backward_prefetch": 20, "layers": [0, 1, 2]},
+                                  {"op_name": "mlp", "backward_prefetch": 15, "layers": [1, 2]}]}},
+    "swap with full recompute by layer index": {"recompute": {"recompute": [1]}, "swap": {
+        "swap": True, "op_swap": [{"op_name": ["self_attention\\.linear_qkv", "self_attention\\.linear_proj"],
+                                   "backward_prefetch": "Auto", "layers": [0, 2]}]}},
+    "default swap strategy": {"swap": {"swap": True, "default_prefetch": 10}},
+    "pipeline stages": {"stages": 2, "recompute": {"recompute": [1, 1], "select_recompute": [0, 2],
+                                                   "select_comm_recompute": {"pre_mlp_layernorm\\.norm": [1, 0]}}},
+}
+
+
+def document(case: dict) -> dict:
+    recompute = {"recompute": False, "select_recompute": False, "select_comm_recompute": False,
+                 **case.get("recompute", {})}
+    return {"use_legacy": False, "run_mode": "train", "use_parallel": False,
+            "output_dir": tempfile.mkdtemp(prefix="mf_memopt_differential_"),
+            "context": {"mode": 0, "device_target": "CPU"}, "parallel": {"parallel_mode": 0},
+            "parallel_config": {"data_parallel": 1, "model_parallel": 1, "pipeline_stage": case.get("stages", 1)},
+            "recompute_config": recompute, "model": {"model_config": {**_MODEL, **case.get("swap", {})}}}
+
+
+def build(data: dict, *, ours: bool):
+    from mindformers import build_context
+    from mindformers.core.parallel_config import build_parallel_config
+    from mindformers.models.build_model import build_network
+    from mindformers.tools.register import MindFormerConfig
+
+    from mf_memopt.models.mcore import MCORE
+
+    config = MindFormerConfig(**copy.deepcopy(data))
+    build_context(config)
+    if ours:
+        MCORE.prepare_build(config, "CPU", logging.getLogger("differential").info)
+    build_parallel_config(config)
+    return build_network(config.model, default_args={"parallel_config": config.parallel_config,
+                                                     "moe_config": config.moe_config})
+
+
+def marks(network) -> dict:
+    """{path: marks} of every primitive with one and every cell set to recompute, in the decoder layers."""
+    found: dict[str, dict] = {}
+
+    def visit(cell, path):
+        if cell._has_config_recompute:
+            found[path] = {"cell_recompute": cell._scope.startswith("recompute_")}
+        for name, primitive in cell._primitives.items():
+            if primitive is None:
+                continue
+            values = {key: primitive.attrs[key] for key in MARKS if key in primitive.attrs}
+            if values:
+                found[f"{path}.{name}"] = values
+        for name, child in cell._cells.items():
+            if child is not None:
+                visit(child, f"{path}.{name}")
+
+    for index, layer in enumerate(network.model.decoder.layers):
+        visit(layer, f"layers.{index}")
+    return found
+
+
+def main(names: list[str]) -> int:
+    from mf_memopt import apply_plan, load_plan
+
+    results = {}
+    for name in names or list(CASES):
+        data = document(CASES[name])
+        theirs = marks(build(data, ours=False))
+        network = build(data, ours=True)
+        off = marks(network)
+        apply_plan(load_plan(data), network, device_target="CPU")
+        results[name] = {"theirs": theirs, "ours": marks(network), "off": off}
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,283 @@
+"""The mcore CPU stand-ins against independent NumPy references, in one MindSpore process (graph mode, CPU).
+
+    python tests/mcore_kernel_check.py      # prints one JSON line: {check name: [error, tolerance], ...}
+
+Run by tests/test_mcore_kernels.py in a child process: building an mcore model switches MindFormers'
+process-wide context to mcore, which the other tests must not inherit.
+
+1. RmsNorm (y, rstd, d x, d gamma against the analytic backward); Outer; the embedding (forward, and the
+   weight gradient with repeated ids against np.add.at).
+2. FlashAttentionScore in every layout, sparse modes 0, 2 and 3, GQA, MQA and MHA, a (S, S) and a
+   (B, 1, S, S) mask: the output, the row max and dq, dk, dv against a NumPy attention and its backward.
+3. A whole Qwen3 self-attention (layer 0 of a one-layer model built by MindFormers: fused interleaved QKV,
+   GQA, QK RMSNorm with non-unit weights, rotary embedding, the model's own causal mask, the FlashAttention
+   cell with the stand-in, output projection) against a NumPy forward from its weights, and its input and
+   weight gradients against central differences of that forward along a random direction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("GLOG_v", "3")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import mindspore as ms  # noqa: E402
+from mindspore import Tensor, nn, ops  # noqa: E402
+
+from mf_memopt.models.mcore.cpu_kernels import (  # noqa: E402
+    CPUEmbeddingLookup,
+    CPUFlashAttentionScore,
+    CPUOuter,
+    CPURmsNorm,
+    replace_cpu_kernels,
+)
+
+RNG = np.random.default_rng(0)
+RESULTS: dict[str, list[float]] = {}
+
+
+def report(name: str, got, want, tolerance: float) -> None:
+    error = float(np.max(np.abs(np.asarray(got, np.float64) - np.asarray(want, np.float64))))
+    RESULTS[name] = [error, tolerance]
+
+
+class _Output(nn.Cell):
+    def __init__(self, net, index):
+        super().__init__()
+        self.net, self.index = net, index
+
+    def construct(self, *args):
+        out = self.net(*args)
+        return out if self.index is None else out[self.index]
+
+
+def grads(net, inputs, sens, index=None):
+    grad = ops.GradOperation(get_all=True, sens_param=True)(_Output(net, index))
+    return [item.asnumpy() for item in grad(*inputs, Tensor(sens))]
+
+
+def np_rms(x, gamma, eps):
+    rstd = 1.0 / np.sqrt(np.mean(x * x, -1, keepdims=True) + eps)
+    return x * rstd * gamma, rstd
+
+
+def check_small_kernels() -> None:
+    eps = 1e-6
+    x = RNG.standard_normal((6, 2, 4, 64)).astype(np.float32)
+    gamma = (1 + 0.1 * RNG.standard_normal(64)).astype(np.float32)
+    norm = CPURmsNorm(eps)
+    y, rstd = norm(Tensor(x), Tensor(gamma))
+    want_y, want_rstd = np_rms(x.astype(np.float64), gamma.astype(np.float64), eps)
+    report("RmsNorm y", y.asnumpy(), want_y, 1e-5)
+    report("RmsNorm rstd", rstd.asnumpy(), want_rstd, 1e-5)
+    dy = RNG.standard_normal(x.shape)
+    dx, dgamma = grads(norm, (Tensor(x), Tensor(gamma)), dy.astype(np.float32), index=0)
+    xhat = x.astype(np.float64) * want_rstd
+    scaled = dy * gamma
+    report("RmsNorm d x", dx, want_rstd * (scaled - xhat * np.mean(scaled * xhat, -1, keepdims=True)), 1e-4)
+    report("RmsNorm d gamma", dgamma, np.sum(dy * xhat, axis=(0, 1, 2)), 1e-3)
+
+    positions = np.arange(256, dtype=np.float32)
+    inverse = (1.0 / (1e6 ** (np.arange(0, 64, 2, dtype=np.float32) / 64))).astype(np.float32)
+    report("Outer", CPUOuter()(Tensor(positions), Tensor(inverse)).asnumpy(),
+           np.outer(positions.astype(np.float64), inverse), 1e-4)
+
+    weight = RNG.standard_normal((512, 64)).astype(np.float32)
+    ids = RNG.integers(0, 512, (3, 50)).astype(np.int32)
+    ids[0, :5] = 7
+    lookup = CPUEmbeddingLookup()
+    report("embedding forward", lookup(Tensor(ids), Tensor(weight)).asnumpy(), weight[ids], 0.0)
+    dy = RNG.standard_normal((3, 50, 64)).astype(np.float32)
+    _, dweight = grads(lookup, (Tensor(ids), Tensor(weight)), dy)
+    want = np.zeros_like(weight, dtype=np.float64)
+    np.add.at(want, ids.reshape(-1), dy.reshape(-1, 64).astype(np.float64))
+    report("embedding d weight", dweight, want, 1e-5)
+
+
+def np_attention(q, k, v, scale, discard):
+    """q (B, N1, S1, D), k and v (B, N2, S2, D): the output, and its backward as a function of d out."""
+    groups = q.shape[1] // k.shape[1]
+    k_all, v_all = np.repeat(k, groups, axis=1), np.repeat(v, groups, axis=1)
+    scores = np.where(discard, -np.inf, np.einsum("bnid,bnjd->bnij", q, k_all) * scale)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+
+    def backward(d_out):
+        d_probs = np.einsum("bnid,bnjd->bnij", d_out, v_all)
+        d_scores = probs * (d_probs - np.sum(d_probs * probs, -1, keepdims=True))
+        d_q = np.einsum("bnij,bnjd->bnid", d_scores, k_all) * scale
+        d_k = np.einsum("bnij,bnid->bnjd", d_scores, q) * scale
+        d_v = np.einsum("bnij,bnid->bnjd", probs, d_out)
+        b, n1, s2, d = d_k.shape
+        return d_q, d_k.reshape(b, n1 // groups, groups, s2, d).sum(2), d_v.reshape(b, n1 // groups, groups, s2,
+                                                                                     d).sum(2)
+
+    return np.einsum("bnij,bnjd->bnid", probs, v_all), scores.max(-1), backward
+
+
+def to_layout(x, layout):
+    b, n, s, d = x.shape
+    if layout == "BNSD":
+        return x
+    if layout == "BSND":
+        return x.transpose(0, 2, 1, 3)
+    if layout == "BSH":
+        return x.transpose(0, 2, 1, 3).reshape(b, s, n * d)
+    return x.transpose(2, 0, 1, 3).reshape(s, b, n * d)
+
+
+class _AttentionOut(nn.Cell):
+    def __init__(self, attention):
+        super().__init__()
+        self.attention = attention
+
+    def construct(self, q, k, v, mask):
+        return self.attention(q, k, v, None, None, None, mask)[3]
+
+
+def check_attention(layout, sparse_mode, mask_form, s1=32, s2=32, b=2, n1=4, n2=2, d=16) -> None:
+    q = RNG.standard_normal((b, n1, s1, d)).astype(np.float32)
+    k = RNG.standard_normal((b, n2, s2, d)).astype(np.float32)
+    v = RNG.standard_normal((b, n2, s2, d)).astype(np.float32)
+    scale = 1 / np.sqrt(d)
+    causal = np.triu(np.ones((s1, s2), np.uint8), k=1 + (s2 - s1 if sparse_mode == 3 else 0))
+    attention = CPUFlashAttentionScore(n1, scale, layout, sparse_mode, 2147483647,
+                                       0 if sparse_mode == 0 else 2147483647)
+    if mask_form == "S,S":
+        mask = Tensor(causal)
+    elif mask_form == "B,1,S,S":
+        mask = Tensor(np.broadcast_to(causal, (b, 1, s1, s2)).copy())
+    else:                                           # the compressed 2048 x 2048 mask of modes 2 and 3
+        mask = Tensor(np.triu(np.ones((2048, 2048), np.uint8), k=1))
+    inputs = (Tensor(to_layout(q, layout)), Tensor(to_layout(k, layout)), Tensor(to_layout(v, layout)))
+    outputs = attention(*inputs, None, None, None, mask)
+    want, row_max, backward = np_attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
+                                           scale, causal.astype(bool))
+    name = f"attention {layout} sparse_mode {sparse_mode} mask {mask_form} heads {n1}/{n2} S {s1}x{s2}"
+    report(f"{name}: out", outputs[3].asnumpy(), to_layout(want, layout), 1e-5)
+    report(f"{name}: row max", outputs[0].asnumpy()[..., 0], row_max, 1e-5)
+    d_out = RNG.standard_normal(want.shape)
+    got = grads(_AttentionOut(attention), (*inputs, mask), to_layout(d_out, layout).astype(np.float32))[:3]
+    for label, value, expected in zip(("dq", "dk", "dv"), got, backward(d_out)):
+        report(f"{name}: {label}", value, to_layout(expected, layout), 1e-4)
+
+
+def _qwen3_layer():
+    """A one-layer Qwen3 built by MindFormers (hidden 64, 4 heads over 2 KV heads of 16, seq 32), stand-ins on."""
+    from mindformers import build_context
+    from mindformers.core.parallel_config import build_parallel_config
+    from mindformers.models.build_model import build_network
+    from mindformers.tools.register import MindFormerConfig
+
+    from mf_memopt.models.mcore.layers import _TINY
+
+    config = MindFormerConfig(**{
+        "use_legacy": False, "run_mode": "train", "output_dir": tempfile.mkdtemp(prefix="mf_memopt_check_"),
+        "use_parallel": False, "context": {"mode": 0, "device_target": "CPU"}, "parallel": {"parallel_mode": 0},
+        "parallel_config": {"data_parallel": 1, "model_parallel": 1, "pipeline_stage": 1},
+        "model": {"model_config": {**_TINY, "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
+                                   "qk_layernorm": True, "rope_theta": 1000000.0}}})
+    build_context(config)
+    build_parallel_config(config)
+    network = build_network(config.model, default_args={"parallel_config": config.parallel_config,
+                                                        "moe_config": config.moe_config})
+    replace_cpu_kernels(network)
+    return network
+
+
+def np_rope(x, emb):
+    half = x.shape[-1] // 2
+    return x * np.cos(emb) + np.concatenate([-x[..., half:], x[..., :half]], -1) * np.sin(emb)
+
+
+def check_self_attention() -> None:
+    network = _qwen3_layer()
+    gpt = network.model
+    attention = gpt.decoder.layers[0].self_attention
+    cfg = gpt.config
+    s, b, h = cfg.seq_length, 2, cfg.hidden_size
+    n1, n2, d = cfg.num_attention_heads, cfg.num_query_groups, cfg.kv_channels
+    attention.q_layernorm.weight.set_data(Tensor((1 + 0.2 * RNG.standard_normal(d)).astype(np.float32)))
+    attention.k_layernorm.weight.set_data(Tensor((1 + 0.2 * RNG.standard_normal(d)).astype(np.float32)))
+    x = RNG.standard_normal((s, b, h)).astype(np.float32)
+    ids = Tensor(RNG.integers(1, cfg.vocab_size, (b, s)).astype(np.int32))
+
+    class Block(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.gpt, self.attention = gpt, attention
+
+        def construct(self, hidden, input_ids):
+            mask = self.gpt.preprocess_labels_and_masks.casual_mask(input_ids)
+            out, _ = self.attention(hidden, mask, rotary_pos_emb=self.gpt.rotary_pos_emb(hidden.shape[0]))
+            return out
+
+    block = Block()
+    block.set_train(True)
+    out = block(Tensor(x), ids).asnumpy()
+    w_qkv, w_out = (attention.linear_qkv.weight.asnumpy().astype(np.float64),
+                    attention.linear_proj.weight.asnumpy().astype(np.float64))
+    g_q, g_k = (attention.q_layernorm.weight.asnumpy().astype(np.float64),
+                attention.k_layernorm.weight.asnumpy().astype(np.float64))
+    eps, groups = attention.q_layernorm.eps, n1 // n2
+    inverse = 1.0 / (cfg.rotary_base ** (np.arange(0, d, 2, dtype=np.float32) / d))
+    freqs = np.outer(np.arange(s, dtype=np.float32), inverse).astype(np.float64)
+    emb = np.concatenate([freqs, freqs], -1).reshape(s, 1, 1, d)
+    causal = np.triu(np.ones((s, s), bool), k=1)
+
+    def forward(hidden, qkv_weight, out_weight, q_gamma, k_gamma, fp16=True):
+        # MindFormers' mcore attention casts q, k and v to float16 before flash attention, whose output is float16
+        rounded = (lambda a: a.astype(np.float16).astype(np.float64)) if fp16 else (lambda a: a)
+        qkv = (hidden @ qkv_weight.T).reshape(s, b, n2, (groups + 2) * d)      # interleaved per KV group
+        q = qkv[..., :groups * d].reshape(s, b, n1, d)
+        k, v = qkv[..., groups * d:(groups + 1) * d], qkv[..., (groups + 1) * d:]
+        q, k = np_rope(np_rms(q, q_gamma, eps)[0], emb), np_rope(np_rms(k, k_gamma, eps)[0], emb)
+        tq, tk, tv = (rounded(t).transpose(1, 2, 0, 3) for t in (q, k, v))
+        attended = np_attention(tq, tk, tv, 1 / np.sqrt(d), causal)[0]
+        return rounded(attended).transpose(2, 0, 1, 3).reshape(s, b, n1 * d) @ out_weight.T
+
+    report("Qwen3 self-attention: out", out, forward(x.astype(np.float64), w_qkv, w_out, g_q, g_k), 5e-5)
+    dy = RNG.standard_normal(out.shape).astype(np.float32)
+    weights = ms.ParameterTuple([attention.linear_qkv.weight, attention.linear_proj.weight,
+                                 attention.q_layernorm.weight, attention.k_layernorm.weight])
+    (dx, _), weight_grads = ops.GradOperation(get_all=True, get_by_list=True, sens_param=True)(block, weights)(
+        Tensor(x), ids, Tensor(dy))
+    base = [x.astype(np.float64), w_qkv, w_out, g_q, g_k]
+    analytic = [dx.asnumpy(), *(grad.asnumpy() for grad in weight_grads)]
+    names = ["d input", "d linear_qkv.weight", "d linear_proj.weight", "d q_layernorm.weight", "d k_layernorm.weight"]
+    for index, name in enumerate(names):
+        direction = RNG.standard_normal(base[index].shape)
+        step = 1e-3 * np.linalg.norm(base[index]) / np.linalg.norm(direction)
+        plus, minus = list(base), list(base)
+        plus[index], minus[index] = base[index] + step * direction, base[index] - step * direction
+        numeric = (np.sum(forward(*plus, fp16=False) * dy) - np.sum(forward(*minus, fp16=False) * dy)) / (2 * step)
+        directional = float(np.sum(analytic[index].astype(np.float64) * direction))
+        # relative error of the directional derivative; the gradient went through float16 q, k, v
+        RESULTS[f"Qwen3 self-attention: {name} (relative)"] = [abs(directional - numeric) / abs(numeric), 2e-2]
+
+
+def main() -> int:
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device("CPU")
+    check_small_kernels()
+    for layout in ("BNSD", "BSND", "BSH", "SBH"):
+        check_attention(layout, 0, "S,S")
+    check_attention("BNSD", 0, "B,1,S,S")
+    check_attention("BNSD", 2, "2048")
+    check_attention("BNSD", 3, "2048", s1=16, s2=32)
+    check_attention("BNSD", 0, "S,S", n1=4, n2=1)
+    check_attention("BNSD", 0, "S,S", n1=4, n2=4)
+    check_self_attention()
+    print(json.dumps(RESULTS))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

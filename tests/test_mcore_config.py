@@ -1,0 +1,135 @@
+"""MindFormers 1.9's own models (mcore, `use_legacy: False`) at the config stage: their keys, their two swap
+spellings, MindFormers' default patterns for them, and the errors a Qwen3 YAML gets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mf_memopt import load_plan
+from mf_memopt.cli import main
+from mf_memopt.config.errors import ConfigError
+from mf_memopt.config.source import load_source
+from mf_memopt.models import LLAMA, MCORE, family_of
+
+ROOT = Path(__file__).resolve().parents[1]
+QWEN3 = ROOT / "configs" / "qwen3_tiny.yaml"
+
+
+def _write(tmp_path: Path, change) -> Path:
+    data = yaml.safe_load(QWEN3.read_text())
+    change(data)
+    path = tmp_path / "qwen3.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _model(data: dict) -> dict:
+    return data["model"]["model_config"]
+
+
+def _errors(path: Path) -> list[str]:
+    with pytest.raises(ConfigError) as error:
+        load_plan(path)
+    return [f"{issue.path}: {issue.message}" for issue in error.value.issues]
+
+
+def test_use_legacy_false_picks_the_mcore_family():
+    assert family_of(load_source(QWEN3)) is MCORE
+    assert family_of(load_source(ROOT / "configs" / "llama_tiny.yaml")) is LLAMA
+    assert family_of(load_source({"use_legacy": True})) is LLAMA
+
+
+def test_the_shipped_qwen3_validates_and_recomputes_the_mlp_of_every_layer(capsys):
+    assert main(["validate", str(QWEN3)]) == 0
+    out = capsys.readouterr().out
+    assert "4 layers in 1 pipeline stage x 1 chunk; layers with full recompute: 0, select recompute: 4" in out
+    plan = load_plan(QWEN3)
+    assert [[use.pattern for use in layer.select_recompute] for layer in plan.layers] == [["mlp"]] * 4
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    (lambda d: _model(d).update(num_layers=4),
+     "model.model_config.num_layers: num_hidden_layers and num_layers are one key to MindFormers "
+     "(`num_hidden_layers`); giving both stops its build (Mapping Conflicts)"),
+    (lambda d: (_model(d).pop("num_attention_heads"), _model(d).update(num_heads=4)),
+     "model.model_config.num_heads: `num_heads` conflicts with `num_attention_heads`, which Qwen3ForCausalLM's "
+     "config always sets (default 32): MindFormers stops its build (Mapping Conflicts)"),
+    (lambda d: _model(d).update(select_recompute=True),
+     "model.model_config.select_recompute: MindFormers refuses recompute keys in model_config for mcore models "
+     "(its converter stops the build)"),
+    (lambda d: _model(d).update(cpu_offloading=True),
+     "model.model_config.cpu_offloading: cpu_offloading conflicts with `swap`, which MindFormers always sets for "
+     "mcore models (Mapping Conflicts)"),
+    (lambda d: _model(d).update(swap=True),
+     "model.model_config.swap: swap is set twice: in the top-level swap_config and in model.model_config (swap)"),
+    (lambda d: _model(d).update(architectures=["Qwen9ForCausalLM"]),
+     "model.model_config.architectures: `Qwen9ForCausalLM` is not one of the mcore models MindFormers 1.9 trains"),
+    (lambda d: _model(d).update(num_key_value_heads=3),
+     "model.model_config.num_key_value_heads: num_attention_heads (4) is not a multiple of num_key_value_heads (3)"),
+    (lambda d: _model(d).update(num_hidden_layers=0),
+     "model.model_config.num_hidden_layers: must be >= 1, got 0"),
+])
+def test_errors_name_the_families_own_keys(tmp_path, change, expected):
+    errors = _errors(_write(tmp_path, change))
+    assert any(error.startswith(expected) for error in errors), errors
+
+
+def test_mindformers_swap_spelling_in_model_config_is_read_and_reported_where_written(tmp_path, capsys):
+    def spelled(data):
+        del data["swap_config"]
+        _model(data).update(swap=True, op_swap=[{"op_name": "self_attention", "backward_prefetch": 2,
+                                                 "layers": [1, 2]}])
+    plan = load_plan(_write(tmp_path, spelled))
+    assert [(layer.layer, [use.pattern for use in layer.op_swap]) for layer in plan.layers if layer.op_swap] == \
+           [(1, ["self_attention"]), (2, ["self_attention"])]
+    assert plan.layers[1].op_swap[0].origin.key == "model.model_config.op_swap[0]"
+
+    def wrong(data):
+        spelled(data)
+        _model(data)["op_swap"][0]["layers"] = [1, 9]
+    errors = _errors(_write(tmp_path, wrong))
+    assert any(error.startswith("model.model_config.op_swap[0].layers") and "9" in error for error in errors), errors
+
+
+def test_a_top_level_swap_config_is_applied_with_a_warning_that_mindformers_ignores_it(tmp_path, capsys):
+    def top_level(data):
+        data["swap_config"] = {"swap": True, "layer_swap": [{"backward_prefetch": 1, "layers": [0]}]}
+    path = _write(tmp_path, top_level)
+    plan = load_plan(path)
+    assert plan.layers[0].layer_swap is not None
+    assert any(warning.path == "swap_config" and "plain MindFormers ignores the top-level swap_config for mcore"
+               in warning.message for warning in plan.warnings)
+
+
+def test_the_default_swap_strategy_swaps_the_flash_attention_primitive(tmp_path):
+    def default(data):
+        del data["swap_config"]
+        _model(data)["swap"] = True
+    plan = load_plan(_write(tmp_path, default))
+    assert {use.pattern for layer in plan.layers for use in layer.op_swap} == \
+           {r"self_attention\.core_attention\.flash_attention"}
+
+
+def test_mindformers_default_select_patterns_are_explained_not_refused(tmp_path):
+    """select_recompute: True applies MindFormers' four default patterns: in a dense Qwen3 two name shared
+    experts it does not have, and `mlp\\.mul` names an operator SwiGlu never runs."""
+    plan = load_plan(_write(tmp_path, lambda d: d["recompute_config"].update(select_recompute=True)))
+    messages = [warning.message for warning in plan.warnings]
+    assert any("`mlp\\.mul` names MLPInterleaved's `mul`, which a SwiGlu MLP never runs" in m for m in messages)
+    assert sum("shared_experts" in m and "one of MindFormers' default patterns, the others apply" in m
+               for m in messages) == 2
+
+
+def test_a_pattern_the_layer_does_not_have_is_refused_with_the_names_there(tmp_path):
+    errors = _errors(_write(tmp_path, lambda d: d["recompute_config"].update(
+        select_recompute={r"mlp\.linear_fc3": True})))
+    assert any("pattern `mlp\\.linear_fc3` matches nothing in layers 0, 1, 2, 3" in error
+               and "linear_fc1, activation_func, linear_fc2" in error for error in errors), errors
+
+
+def test_recompute_counts_per_stage_work_as_for_legacy_models(tmp_path):
+    plan = load_plan(_write(tmp_path, lambda d: d["recompute_config"].update(recompute=[2], select_recompute=False)))
+    assert [layer.full_recompute is not None for layer in plan.layers] == [True, True, False, False]
