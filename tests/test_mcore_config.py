@@ -133,3 +133,26 @@ def test_a_pattern_the_layer_does_not_have_is_refused_with_the_names_there(tmp_p
 def test_recompute_counts_per_stage_work_as_for_legacy_models(tmp_path):
     plan = load_plan(_write(tmp_path, lambda d: d["recompute_config"].update(recompute=[2], select_recompute=False)))
     assert [layer.full_recompute is not None for layer in plan.layers] == [True, True, False, False]
+
+
+def test_a_key_read_from_pretrained_model_dirs_config_json_is_reported_as_that_files(tmp_path):
+    import json
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"num_hidden_layers": 0, "hidden_size": 256}))
+
+    def pretrained(data):
+        data["pretrained_model_dir"] = str(model)
+        del _model(data)["num_hidden_layers"]
+    with pytest.raises(ConfigError) as error:
+        load_plan(_write(tmp_path, pretrained))
+    (issue,) = [issue for issue in error.value.issues if issue.path == "model.model_config.num_hidden_layers"]
+    assert issue.file == str(model / "config.json") and "got 0" in issue.message
+
+
+def test_compression_is_refused_for_mcore_models_until_their_linears_have_replacements(tmp_path):
+    errors = _errors(_write(tmp_path, lambda d: d.update(compress_config={"compress": True,
+                                                                          "compress_dense": "level0"})))
+    assert errors == ["compress_config.compress: compression is not available for mcore models: their fused linears "
+                      "(mlp.linear_fc1, mlp.linear_fc2, ...) have no compressed replacement cell yet"]

@@ -79,6 +79,23 @@ def test_data_parallel_training_on_two_workers(workdir):
     assert (workdir / "output" / "data" / "llama_tiny_tokens.mindrecord").exists()   # written once, by one worker
 
 
+def test_the_tiny_qwen3_trains_data_parallel_on_two_workers(workdir):
+    """MindFormers' mcore models refuse a data_parallel that is not the number of workers; the launcher sets it
+    and says so, and each worker trains its half of the data."""
+    logs = workdir / "qwen3_logs"
+    done = _run("run_mindformer_memopt.py --config " + str(ROOT / "configs" / "qwen3_tiny.yaml") +
+                " --run_mode train --train_steps 2 --use_parallel True", "2", str(_free_port()), str(logs), "True",
+                "300", cwd=workdir)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for rank in (0, 1):
+        log = logs / f"worker_{rank}.log"
+        assert _info(log, "parallel_config.data_parallel") == [
+            "parallel_config.data_parallel is 1: data parallel training on 2 workers runs with data_parallel 2"]
+        assert _info(log, "Set select recompute at layer 3") == ["Set select recompute at layer 3: mlp"]
+        assert [int(step) for step in STEP.findall(log.read_text())] == [1, 2]
+    assert (workdir / "output" / "data" / "qwen3_tiny_tokens.mindrecord").exists()
+
+
 def test_wrong_argument_count_prints_the_usage(workdir):
     done = _run("run_mindformer_memopt.py", "2", "3", cwd=workdir)
     assert done.returncode == 1

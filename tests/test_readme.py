@@ -15,7 +15,7 @@ def _commands() -> list[str]:
 def test_readme_opens_with_the_main_job_and_the_test_suite():
     main_job, tests = _commands()
     assert main_job == ("bash scripts/setup_env.sh && .venv/bin/python run_mindformer_memopt.py "
-                        "--config configs/llama_tiny.yaml --run_mode train")
+                        "--config configs/qwen3_tiny.yaml --run_mode train")
     assert tests == "bash scripts/setup_env.sh && .venv/bin/python -m pytest"
 
 

@@ -52,13 +52,29 @@ class Source:
                 return tuple(path[:end])
         return None
 
+    def _from_other_file(self, path: KeyPath) -> KeyPath | None:
+        """The nearest ancestor of `path` (itself included) read from a file without lines (a JSON file), if it is
+        nearer than any with a line."""
+        for end in range(len(path), 0, -1):
+            prefix = tuple(path[:end])
+            if prefix in self.lines:
+                return None
+            if prefix in self.files:
+                return prefix
+        return None
+
     def line_of(self, path: KeyPath) -> int | None:
         """The line of `path`, or of its nearest ancestor that has one."""
+        if self._from_other_file(path) is not None:
+            return None
         found = self._located(path)
         return self.lines[found] if found is not None else None
 
     def file_of(self, path: KeyPath) -> str:
         """The file that holds `path` (a base config's, when it was inherited)."""
+        other = self._from_other_file(path)
+        if other is not None:
+            return self.files[other]
         found = self._located(path)
         return self.files.get(found, self.file) if found is not None else self.file
 

@@ -135,7 +135,12 @@ def read_spec(source: Source, family: ModelFamily,
     model = family.model_spec(source, issues)
     if model is None:
         return None
-    return model, _parallel(source), _optimizer(source)
+    if not family.memory_modelled:
+        issues.append(source.issue(("use_legacy",), f"the estimate does not model {family.name} layers "
+                                   f"(use_legacy: {source.get(('use_legacy',))}) yet",
+                                   "validate, plan, verify and the launcher apply; measure its memory by training it"))
+        return None
+    return model, _parallel(source), optimizer_spec(source)
 
 
 def positive_int(value: Any) -> bool:
@@ -157,7 +162,7 @@ def _parallel(source: Source) -> ParallelSpec:
         grad_accumulation=accumulation(source)[0])
 
 
-def _optimizer(source: Source) -> OptimizerSpec:
+def optimizer_spec(source: Source) -> OptimizerSpec:
     kind = str(source.get(("optimizer", "type"), "AdamW"))
     return OptimizerSpec(kind=kind, state_bytes=_OPTIMIZER_STATES.get(kind.lower(), 8))
 

@@ -56,6 +56,8 @@ def setup_context(config: Any, *, use_parallel: bool, written: Collection[str] =
     if use_parallel:
         mode = ms.get_auto_parallel_context("parallel_mode")
         LOGGER.info(f"{mode.replace('_', ' ')} training: rank {run.rank} of {run.world_size} on {device}")
+        if mode == "data_parallel":
+            _data_parallel_size(config, run.world_size)
     return run
 
 
@@ -90,6 +92,20 @@ def _cpu_data_parallel(config: Any) -> None:
         config.parallel = {**parallel, **CPU_DATA_PARALLEL}
         LOGGER.info("parallel.parallel_mode is not set: data parallel on CPU (semi-auto and auto parallel need "
                     "Ascend or GPU)")
+
+
+def _data_parallel_size(config: Any, workers: int) -> None:
+    """In data parallel mode every worker holds the whole model: parallel_config.data_parallel is the number of
+    workers. MindFormers resets it so for its legacy models; its mcore models refuse the mismatch instead
+    ("total_model_size ... is not equal to world_size"), so it is set here for both, and said."""
+    section = config.parallel_config
+    if section is None:
+        config.parallel_config = section = {}
+    written = section.get("data_parallel", 1)
+    if written != workers:
+        section["data_parallel"] = workers
+        LOGGER.info(f"parallel_config.data_parallel is {written}: data parallel training on {workers} workers "
+                    f"runs with data_parallel {workers}")
 
 
 def lazy_inline_policy(swap: bool, pipeline_stages: int, device: str) -> None:

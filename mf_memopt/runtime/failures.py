@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import LaunchError
+from .outputs import checkpoint_files
 
 _CHECKPOINT = re.compile(r"Failed to read the checkpoint file (\S+?)\.? The file may be corrupted")
 _PIPELINE_MESSAGE = re.compile(r"Dataset Pipeline Error Message:\s*-*\s*(?:\[ERROR\]\s*)?(?:\[[^\]]*\]\s*)?([^\n]+)")
@@ -88,8 +89,7 @@ def _damaged_checkpoint(error: BaseException, text: str, facts: RunFacts) -> str
         return None
     path = Path(found.group(1))
     size = f"{path.stat().st_size / 2**20:.1f} MiB" if path.is_file() else "missing"
-    others = sorted((candidate for candidate in path.parent.glob("*.ckpt") if candidate != path),
-                    key=lambda candidate: candidate.stat().st_mtime)
+    others = [candidate for candidate in checkpoint_files(path.parent) if candidate != path]
     newest = (f"the newest other checkpoint there is {others[-1]}" if others
               else f"{path.parent} has no other checkpoint")
     return f"checkpoint {path} ({size}) cannot be read: it is truncated or damaged; {newest}"
@@ -110,6 +110,5 @@ def _raised_in(error: BaseException, package: str) -> bool:
 
 
 def last_checkpoint(facts: RunFacts) -> str:
-    saved = sorted((facts.output / "checkpoint" / f"rank_{facts.rank}").glob("*.ckpt"),
-                   key=lambda path: path.stat().st_mtime)
+    saved = checkpoint_files(facts.output / "checkpoint" / f"rank_{facts.rank}")
     return f"the last good checkpoint is {saved[-1]}" if saved else "no checkpoint was saved yet"

@@ -81,9 +81,20 @@ def written_files(output: Path, rank: int) -> list[str]:
     reports = sorted([*output.glob("apply_report*.json"), *output.glob("run_config*.yaml")])
     if reports:
         found.append(", ".join(str(report) for report in reports))
-    checkpoints = sorted((output / "checkpoint" / f"rank_{rank}").glob("*.ckpt"), key=lambda file: file.stat().st_mtime)
+    checkpoints = checkpoint_files(output / "checkpoint" / f"rank_{rank}")
     if checkpoints:
         found.append(f"{len(checkpoints)} checkpoint(s), the last {checkpoints[-1]}")
     if (output / "log").is_dir():
         found.append(f"logs in {output / 'log'}")
     return found
+
+
+CHECKPOINT_SUFFIXES = (".ckpt", ".safetensors")   # MindFormers' legacy models save .ckpt, its mcore models safetensors
+
+
+def checkpoint_files(directory: Path) -> list[Path]:
+    """The checkpoints in a directory, oldest first."""
+    if not directory.is_dir():
+        return []
+    return sorted((file for file in directory.iterdir() if file.suffix in CHECKPOINT_SUFFIXES and file.is_file()),
+                  key=lambda file: file.stat().st_mtime)

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from ..config.source import Source
-from ..estimate.spec import read_spec
+from ..estimate.spec import optimizer_spec
 from ..models import family_of
 
 CHECKPOINT_MONITOR = "CheckpointMonitor"
@@ -45,9 +45,10 @@ def checkpoints_kept(source: Source) -> int:
 
 def checkpoint_bytes(source: Source) -> int | None:
     """One checkpoint of the model: its parameters and its optimizer states; None when the family cannot size it."""
-    spec = read_spec(source, family_of(source), [])
-    if spec is None:
+    family = family_of(source)
+    model = family.model_spec(source, [])
+    if model is None:
         return None
-    model, _, optimizer = spec
+    optimizer = optimizer_spec(source)
     params = model.num_layers * model.layer_params + model.vocab * model.hidden * (1 if model.tie_embeddings else 2)
     return params * (model.param_bytes + optimizer.state_bytes)

@@ -52,6 +52,9 @@ class McoreFamily(ModelFamily):
     ir_layer_scope = re.compile(r"layers-CellList/(\d+)-[^/]+/?(.*)$")
     cell_outputs = frozenset({"self_attention.linear_proj.matmul", "mlp.linear_fc2.matmul"})
     cpu_measured_on = {"mindspore": "2.9.0", "mindformers": "1.9.0"}
+    # The memory of an mcore layer is not modelled until its inventory has been measured on held-out configs:
+    # the estimate does not price the model as something it is not.
+    memory_modelled = False
     dataset_columns = ("input_ids", "labels")    # the model does not shift: labels[t] is the token after t
 
     def view(self, source: Source) -> tuple[Source, list[ConfigIssue]]:
@@ -106,12 +109,9 @@ class McoreFamily(ModelFamily):
         return after_build(network, config, device_target, log)
 
     def model_spec(self, source: Source, issues: list[ConfigIssue]) -> Any:
-        # The shape is read (`spec.py`); the memory of an mcore layer is not modelled until its inventory has been
-        # measured on held-out configs, and the estimate does not price the model as something it is not.
-        issues.append(source.issue(("use_legacy",), "the estimate does not model mcore layers (use_legacy: False) "
-                                   "yet", "validate, plan, verify and the launcher apply; measure its memory by "
-                                   "training it"))
-        return None
+        from .spec import model_spec
+
+        return model_spec(source, issues)
 
 
 MCORE = McoreFamily()

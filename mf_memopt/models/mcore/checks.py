@@ -11,6 +11,10 @@ _TP: KeyPath = ("parallel_config", "model_parallel")
 
 def model_issues(source: Source) -> list[ConfigIssue]:
     issues = _architecture_issues(source)
+    if source.get(("compress_config", "compress")) is True:
+        issues.append(source.issue(("compress_config", "compress"), "compression is not available for mcore models: "
+                                   "their fused linears (mlp.linear_fc1, mlp.linear_fc2, ...) have no compressed "
+                                   "replacement cell yet", "set compress: false, or recompute the MLP instead"))
     heads, kv_heads = _count(model_value(source, "num_attention_heads")), _count(
         model_value(source, "num_key_value_heads"))
     tp = _count(source.get(_TP, 1))
@@ -22,15 +26,13 @@ def model_issues(source: Source) -> list[ConfigIssue]:
         if value and tp and value % tp:
             issues.append(source.issue(_TP, f"{name} ({value}) is not a multiple of model_parallel ({tp})",
                                        "MindFormers splits the attention heads evenly over model_parallel"))
-    if source.get(("pretrained_model_dir",)) and source.get((*MODEL, "num_hidden_layers")) is None:
-        issues.append(source.issue(("pretrained_model_dir",), "the model's depth is left to pretrained_model_dir's "
-                                   "config.json, which mf_memopt does not read",
-                                   "write model.model_config.num_hidden_layers (and the shape keys) in the YAML"))
     return issues
 
 
 def _architecture_issues(source: Source) -> list[ConfigIssue]:
     arch, path = architecture(source)
+    if arch is None and source.get(("pretrained_model_dir",)) and not source.has(path):
+        return []               # left to pretrained_model_dir's config.json, which the view could not read
     if arch is None:
         named = source.get(path)
         named = named[0] if isinstance(named, list) and named else named

@@ -7,6 +7,10 @@ class (`Qwen3Config`, `TeleChat3Config`) always fills the Hugging Face key with 
 alias conflicts with it and the build stops ("Mapping Conflicts"). A key the YAML leaves out takes
 that class's default (`ARCHITECTURES`), or the `TransformerConfig` default for the dtypes.
 
+A YAML may leave the model's shape to `pretrained_model_dir`, whose Hugging Face `config.json`
+MindFormers reads; the keys the YAML does not write are then read from that file (through the same
+guarded reader), and reported as its.
+
 Swap has two spellings: the seeds' top-level `swap_config`, and MindFormers' own for these models,
 `swap`, `layer_swap`, `op_swap` and `default_prefetch` in `model.model_config`. Plain MindFormers
 ignores a top-level `swap_config` for an mcore model. `mcore_view` lets the stages read either as
@@ -86,10 +90,19 @@ def architecture(source: Source) -> tuple[Architecture | None, KeyPath]:
     return None, (*MODEL, "architectures")
 
 
+# keys of a Hugging Face config.json that a YAML's model_config may leave to it
+HF_KEYS = ("architectures", "model_type", "num_hidden_layers", "hidden_size", "num_attention_heads",
+           "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings",
+           "tie_word_embeddings", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+           "num_nextn_predict_layers", "n_routed_experts", "n_shared_experts", "first_k_dense_replace")
+
+
 def mcore_view(source: Source) -> tuple[Source, list[ConfigIssue]]:
     """The YAML as the stages read it (aliases under their Hugging Face names, MindFormers' swap spelling as
-    `swap_config`), and what is wrong with how it spells them."""
+    `swap_config`, what it leaves to pretrained_model_dir's config.json), and what is wrong with how it spells
+    them."""
     issues: list[ConfigIssue] = []
+    source = _with_pretrained(source, issues)
     model = source.get(MODEL)
     model = model if isinstance(model, dict) else {}
     moves: dict[KeyPath, KeyPath] = {}
@@ -135,6 +148,43 @@ def mcore_view(source: Source) -> tuple[Source, list[ConfigIssue]]:
         lines[("swap_config",)] = source.line_of((*MODEL, in_model[0])) or 0
         view = replace(view, lines=lines, renames={**view.renames, ("swap_config",): MODEL})
     return view, issues
+
+
+def _with_pretrained(source: Source, issues: list[ConfigIssue]) -> Source:
+    """The model keys the YAML leaves to `pretrained_model_dir/config.json`, read from it (the YAML wins)."""
+    import json
+    from pathlib import Path
+
+    from ...config.errors import ConfigError
+    from ...config.reading import read_bytes
+
+    directory = source.get(("pretrained_model_dir",))
+    if not isinstance(directory, str) or not directory:
+        return source
+    file = Path(directory) / "config.json"
+    try:
+        data = json.loads(read_bytes(file))
+    except ConfigError as error:
+        # reported at model_config: the shape keys it should hold are not read further
+        issues.append(source.issue(MODEL, f"the model's shape is left to pretrained_model_dir's {file}: "
+                                   f"{error.issues[0].message.rstrip('.')}",
+                                   "point pretrained_model_dir at the model's directory, or write "
+                                   "model.model_config.num_hidden_layers and the other shape keys in the YAML"))
+        return source
+    except ValueError as error:
+        issues.append(source.issue(MODEL, f"the model's shape is left to pretrained_model_dir's {file}, which is "
+                                   f"not JSON: {error}",
+                                   "give the directory of a Hugging Face model (its config.json)"))
+        return source
+    model = source.get(MODEL)
+    model = model if isinstance(model, dict) else {}
+    taken = {key: data[key] for key in HF_KEYS if isinstance(data, dict) and key in data and key not in model}
+    if not taken:
+        return source
+    files = dict(source.files)
+    files.update({(*MODEL, key): str(file) for key in taken})
+    return replace(source, data={**source.data, "model": {**(source.get(("model",)) or {}),
+                                                          "model_config": {**model, **taken}}}, files=files)
 
 
 def model_value(view: Source, key: str) -> Any:

@@ -1,0 +1,55 @@
+"""The dense mcore training YAMLs the mindformers 1.9 wheel ships (`site-packages/configs/`) validate and plan
+unchanged; those that leave the model's shape to `pretrained_model_dir` are read with its config.json, and
+without one get one error naming the file."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from mf_memopt import load_plan
+from mf_memopt.config.errors import ConfigError
+
+pytestmark = pytest.mark.mindspore
+
+WHEEL = Path(importlib.util.find_spec("mindformers").origin).parents[1] / "configs"
+EXPLICIT = {"qwen3/pretrain_qwen3_32b_4k.yaml": (64, 4), "telechat3/pretrain_telechat3_36b.yaml": (64, 2)}
+FROM_DIRECTORY = ("qwen3/finetune_qwen3.yaml", "general/llm_pretrain_dense_template.yaml",
+                  "general/llm_finetune_dense_template.yaml")
+# Qwen3-32B's Hugging Face config.json, the keys the plan and the estimate read
+QWEN3_32B = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 5120,
+             "intermediate_size": 25600, "num_hidden_layers": 64, "num_attention_heads": 64,
+             "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960,
+             "tie_word_embeddings": False}
+
+
+@pytest.mark.parametrize("name", EXPLICIT)
+def test_the_wheels_dense_pretrain_yamls_validate_and_plan(name):
+    plan = load_plan(WHEEL / name)
+    assert (plan.num_layers, plan.layout.stages) == EXPLICIT[name]
+    assert plan.family.name == "mcore"
+
+
+@pytest.mark.parametrize("name", FROM_DIRECTORY)
+def test_a_shape_left_to_pretrained_model_dir_is_read_from_its_config_json(name, tmp_path):
+    model = tmp_path / "Qwen3-32B"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(QWEN3_32B))
+    text = (WHEEL / name).read_text()
+    written = tmp_path / Path(name).name
+    written.write_text("\n".join(f'pretrained_model_dir: "{model}"' if line.startswith("pretrained_model_dir:")
+                                 else line for line in text.splitlines()) + "\n")
+    plan = load_plan(written)
+    assert plan.num_layers == 64
+
+
+@pytest.mark.parametrize("name", FROM_DIRECTORY)
+def test_without_the_directory_one_error_names_the_file(name):
+    with pytest.raises(ConfigError) as error:
+        load_plan(WHEEL / name)
+    (issue,) = error.value.issues
+    assert issue.path == "model.model_config"
+    assert "the model's shape is left to pretrained_model_dir's" in issue.message and "config.json" in issue.message
