@@ -98,6 +98,14 @@ class Source:
                            message=message, hint=hint, severity=severity)
 
 
+def issue_at(source: Source | None, path: KeyPath, message: str, hint: str | None = None) -> ConfigIssue:
+    """An error at `path` of `source`, or, when a stage checks a config it was handed without its file (a
+    MindFormerConfig), at `path` of "<config>"."""
+    if source is not None:
+        return source.issue(path, message, hint)
+    return ConfigIssue(file="<config>", line=None, path=key_path(path), message=message, hint=hint)
+
+
 def read_as(source: Source, moves: Mapping[KeyPath, KeyPath]) -> Source:
     """`source` with each written key (a value of `moves`) also readable at its key (the path it is read at),
     with its lines, and reported by its written path. A family whose YAML spells a key or section its own way

@@ -8,11 +8,15 @@ module (`models/llama`, ...) subclasses `ModelFamily`; `models.family_of` picks 
 YAML once, and the plan carries it to the later stages.
 
 Nothing here imports MindSpore: the config stage reads families too. What needs MindSpore
-(stand-in cells, replacement cells) is imported inside the methods that build it.
+(stand-in cells, replacement cells) is imported inside the methods that build it. A family
+package holds, by name, `backend.py` (`backend_issues`, `prepare_build`, `after_build`),
+`compression.py` (`COMPRESSION`) and `spec.py` (`model_spec`); the base class imports them
+from the family's package when a stage first asks.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -92,34 +96,38 @@ class ModelFamily:
         """What to say when a default pattern matches something it does not act on (an operator never run)."""
         return None
 
+    def _part(self, name: str) -> Any:
+        """A module of the family's package (`backend`, `compression`, `spec`), imported on first use."""
+        return importlib.import_module(f"{type(self).__module__}.{name}")
+
     # --- apply stage ---------------------------------------------------------------------------
     def decoder_layers(self, network: Any) -> list[Any] | None:
         """The decoder layers of a built network, in order; None when it has none."""
-        raise NotImplementedError
+        return first_layer_list(network)
 
     @property
     def compression(self) -> Any:
         """The family's compression targets (`models.compression.Compression`)."""
-        raise NotImplementedError
+        return self._part("compression").COMPRESSION
 
     # --- runtime ---------------------------------------------------------------------------------
     def backend_issues(self, model_config: Any, device_target: str, source: Source | None) -> list[ConfigIssue]:
         """Model settings `device_target` cannot run, found before anything is built."""
-        raise NotImplementedError
+        return self._part("backend").backend_issues(model_config, device_target, source)
 
     def prepare_build(self, config: Any, device_target: str, log: Callable[[str], None]) -> None:
         """Turn MindFormers' own recompute/swap handling off in `config` (a MindFormerConfig), in every place
         it reads them for this family, and settle what the backend needs before the model is built."""
-        raise NotImplementedError
+        self._part("backend").prepare_build(config, device_target, log)
 
     def after_build(self, network: Any, config: Any, device_target: str, log: Callable[[str], None]) -> list[str]:
         """Install stand-ins for what the backend lacks; the paths of the cells that were replaced."""
-        raise NotImplementedError
+        return self._part("backend").after_build(network, config, device_target, log)
 
     # --- estimate --------------------------------------------------------------------------------
     def model_spec(self, source: Source, issues: list[ConfigIssue]) -> Any:
         """The model as the estimator needs it (`estimate.spec.ModelSpec`), or None after reporting why."""
-        raise NotImplementedError
+        return self._part("spec").model_spec(source, issues)
 
     def inventory(self, model: Any, parallel: Any, runtime: str) -> list[Any]:
         """The tensors one decoder layer keeps for its backward (`estimate.inventory.Saved`)."""

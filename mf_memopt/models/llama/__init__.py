@@ -8,12 +8,11 @@ and the SiLU at `w1.activation.silu`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 from ...config.errors import ConfigIssue
 from ...config.source import Source
-from ..family import AutoCells, Defaults, ModelFamily, ModelKeys, first_layer_list
+from ..family import AutoCells, Defaults, ModelFamily, ModelKeys
 from . import checks
 
 _MODEL = ("model", "model_config")
@@ -60,34 +59,6 @@ class LlamaFamily(ModelFamily):
     def pattern_hint(self, pattern: str) -> str | None:
         return _PATTERN_HINTS.get(pattern)
 
-    def decoder_layers(self, network: Any) -> list[Any] | None:
-        return first_layer_list(network)
-
-    @property
-    def compression(self) -> Any:
-        from .compression import COMPRESSION
-
-        return COMPRESSION
-
-    def backend_issues(self, model_config: Any, device_target: str, source: Source | None) -> list[ConfigIssue]:
-        from .backend import backend_issues
-
-        return backend_issues(model_config, device_target, source)
-
-    def prepare_build(self, config: Any, device_target: str, log: Callable[[str], None]) -> None:
-        from .backend import prepare_build
-
-        prepare_build(config, device_target, log)
-
-    def after_build(self, network: Any, config: Any, device_target: str, log: Callable[[str], None]) -> list[str]:
-        from .backend import after_build
-
-        return after_build(network, config, device_target, log)
-
-    def model_spec(self, source: Source, issues: list[ConfigIssue]) -> Any:
-        from .spec import model_spec
-
-        return model_spec(source, issues)
 
     def inventory(self, model: Any, parallel: Any, runtime: str) -> list[Any]:
         from .inventory import layer_inventory

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...config.errors import ConfigIssue
-from ...config.source import Source
+from ...config.source import Source, issue_at
 from .spec import DTYPE_KEYS, MODEL_CONFIG
 
 # key: (value CPU needs, value LlamaConfig takes when the key is absent, why)
@@ -55,24 +55,18 @@ def backend_issues(model_config: Mapping[str, Any] | None, device_target: str,
     for key, (_, default) in {**DTYPE_KEYS, "embedding_init_type": (None, None)}.items():
         value = model_config.get(key, default)
         if isinstance(value, str) and value.lower() == "bfloat16":
-            issues.append(_issue(source, key, "bfloat16 has no CPU kernels in MindSpore (kernel selection fails, "
-                                              "e.g. Reshape of BFloat16)", "use float32 (or float16) on CPU; "
-                                                                              "bfloat16 runs on Ascend"))
+            issues.append(issue_at(source, (*MODEL_CONFIG, key), "bfloat16 has no CPU kernels in MindSpore (kernel "
+                                   "selection fails, e.g. Reshape of BFloat16)",
+                                   "use float32 (or float16) on CPU; bfloat16 runs on Ascend"))
     if model_config.get("type") != "LlamaConfig":
         return issues
     for key, (needed, default, why) in CPU_FLAGS.items():
         value = model_config.get(key, default)
         if value != needed:
             written = "" if key in model_config else " (LlamaConfig's default: the key is not written)"
-            issues.append(_issue(source, key, f"is {value}{written}: {why}", f"set {key}: {needed} on CPU"))
+            issues.append(issue_at(source, (*MODEL_CONFIG, key), f"is {value}{written}: {why}",
+                                   f"set {key}: {needed} on CPU"))
     return issues
-
-
-def _issue(source: Source | None, key: str, message: str, hint: str) -> ConfigIssue:
-    path = (*MODEL_CONFIG, key)
-    if source is not None:
-        return source.issue(path, message, hint)
-    return ConfigIssue(file="<config>", line=None, path=".".join(path), message=message, hint=hint)
 
 
 def prepare_build(config: Any, device_target: str, log: Callable[[str], None]) -> None:

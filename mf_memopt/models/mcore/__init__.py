@@ -12,12 +12,11 @@ MLP is not modelled here, and the estimate says so.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 from ...config.errors import ConfigIssue
 from ...config.source import Source
-from ..family import AutoCells, Defaults, ModelFamily, ModelKeys, first_layer_list
+from ..family import AutoCells, Defaults, ModelFamily, ModelKeys
 from .keys import MODEL, mcore_view
 
 # MindFormers' own default patterns for mcore models (parallel_core/training_graph/transformer/utils.py)
@@ -83,35 +82,6 @@ class McoreFamily(ModelFamily):
             return ("names MLPInterleaved's `mul`, which a SwiGlu MLP never runs (SwiGlu multiplies in "
                     "mlp.activation_func.mul): it recomputes nothing")
         return None
-
-    def decoder_layers(self, network: Any) -> list[Any] | None:
-        return first_layer_list(network)
-
-    @property
-    def compression(self) -> Any:
-        from .compression import COMPRESSION
-
-        return COMPRESSION
-
-    def backend_issues(self, model_config: Any, device_target: str, source: Source | None) -> list[ConfigIssue]:
-        from .backend import backend_issues
-
-        return backend_issues(model_config, device_target, source)
-
-    def prepare_build(self, config: Any, device_target: str, log: Callable[[str], None]) -> None:
-        from .backend import prepare_build
-
-        prepare_build(config, device_target, log)
-
-    def after_build(self, network: Any, config: Any, device_target: str, log: Callable[[str], None]) -> list[str]:
-        from .backend import after_build
-
-        return after_build(network, config, device_target, log)
-
-    def model_spec(self, source: Source, issues: list[ConfigIssue]) -> Any:
-        from .spec import model_spec
-
-        return model_spec(source, issues)
 
 
 MCORE = McoreFamily()

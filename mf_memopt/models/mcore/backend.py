@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...config.errors import ConfigIssue
-from ...config.source import Source
+from ...config.source import Source, issue_at
 from .keys import ARCHITECTURES, DTYPE_DEFAULTS, MODEL, SWAP_KEYS
 
 RECOMPUTE_OFF = {"recompute": False, "select_recompute": False, "select_comm_recompute": False,
@@ -42,34 +42,28 @@ def backend_issues(model_config: Mapping[str, Any] | None, device_target: str,
     named = named[0] if isinstance(named, list) and named else named
     arch = ARCHITECTURES.get(named) if isinstance(named, str) else None
     if arch is not None and not arch.trains:
-        issues.append(_issue(source, "architectures", f"MindFormers 1.9 does not train {arch.name} "
-                             "(NotImplementedError in train mode)", "train Qwen3 or TeleChat3 (mcore), or a legacy "
-                             "model"))
+        issues.append(issue_at(source, (*MODEL, "architectures"), f"MindFormers 1.9 does not train {arch.name} "
+                               "(NotImplementedError in train mode)", "train Qwen3 or TeleChat3 (mcore), or a legacy "
+                               "model"))
     if arch is not None and arch.moe and device_target != "Ascend":
-        issues.append(_issue(source, "architectures", f"{arch.name}'s MoE layers need TopkExt, GroupedMatmul and "
-                             f"other kernels {device_target} does not have", "train MoE models on Ascend"))
+        issues.append(issue_at(source, (*MODEL, "architectures"), f"{arch.name}'s MoE layers need TopkExt, "
+                               f"GroupedMatmul and other kernels {device_target} does not have",
+                               "train MoE models on Ascend"))
     if device_target != "CPU":
         return issues
     for key, default in DTYPE_DEFAULTS.items():
         value = str(model_config.get(key) or default)
         if value.lower() == "bfloat16":
             written = "" if model_config.get(key) else " (TransformerConfig's default: the key is not written)"
-            issues.append(_issue(source, key, f"bfloat16{written} has no CPU kernels in MindSpore",
-                                 "use float32 (or float16) on CPU; bfloat16 runs on Ascend"))
+            issues.append(issue_at(source, (*MODEL, key), f"bfloat16{written} has no CPU kernels in MindSpore",
+                                   "use float32 (or float16) on CPU; bfloat16 runs on Ascend"))
     for key, (refused, why) in _REFUSED_ON_CPU.items():
         if model_config.get(key) == refused:
-            issues.append(_issue(source, key, why, f"set {key}: {not refused} on CPU"))
+            issues.append(issue_at(source, (*MODEL, key), why, f"set {key}: {not refused} on CPU"))
     if float(model_config.get("attention_dropout") or 0) > 0:
-        issues.append(_issue(source, "attention_dropout", "attention dropout has no CPU stand-in for "
-                             "FlashAttentionScore", "set attention_dropout: 0.0 on CPU"))
+        issues.append(issue_at(source, (*MODEL, "attention_dropout"), "attention dropout has no CPU stand-in for "
+                               "FlashAttentionScore", "set attention_dropout: 0.0 on CPU"))
     return issues
-
-
-def _issue(source: Source | None, key: str, message: str, hint: str) -> ConfigIssue:
-    path = (*MODEL, key)
-    if source is not None:
-        return source.issue(path, message, hint)
-    return ConfigIssue(file="<config>", line=None, path=".".join(path), message=message, hint=hint)
 
 
 def prepare_build(config: Any, device_target: str, log: Callable[[str], None]) -> None:
