@@ -72,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
                                "byte instead of the printed whole MiB (the run is 2-3 times slower)")
     estimate.set_defaults(run=_estimate)
     _auto_parser(commands)
+    _compare_parser(commands)
     data = commands.add_parser("check-data", help="read every record of the YAML's MindRecord dataset in a child "
                                                   "process and name the file and record where it is damaged")
     data.add_argument("config", help="MindFormers training YAML (train_dataset.data_loader.dataset_dir)")
@@ -103,6 +104,53 @@ def _auto_parser(commands) -> None:
                       help="cpu runtime: train 1 step of the plan, read the pool peak, and if it is over the budget "
                            "plan again for its predicted peak minus the excess (at most 3 rounds)")
     auto.set_defaults(run=_auto)
+def _compare_parser(commands) -> None:
+    from .compare import DEFAULT_TOLERANCE
+
+    compare = commands.add_parser("compare", help="train a base and a candidate config that differ only in their "
+                                                  "memory plan, and say whether the candidate changes the training")
+    compare.add_argument("base", help="the base training YAML")
+    compare.add_argument("candidate", help="the same YAML with another recompute_config / swap_config / "
+                                           "compress_config")
+    compare.add_argument("--steps", type=_positive_int, default=8, help="training steps of each run (default 8)")
+    compare.add_argument("--tolerance", type=_percent, metavar="PERCENT",
+                         help="quantised compression: the largest relative loss difference allowed at any step "
+                              f"(default {DEFAULT_TOLERANCE * 100:g})")
+    compare.add_argument("--runtime", choices=("ascend", "cpu"), default=None,
+                         help="where the runs train (default: the base's context.device_target)")
+    compare.add_argument("--no-bisect", action="store_true",
+                         help="do not look for the quantised uses that cause a drift beyond the tolerance")
+    compare.add_argument("--max-runs", type=_positive_int, default=8,
+                         help="at most this many extra trainings when bisecting (default 8)")
+    compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    compare.add_argument("--png", help="write the loss curves and their difference to this PNG file")
+    compare.set_defaults(run=_compare)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    """0: equivalent; 1: not; 2: the configs cannot be compared (invalid, differ outside the plan, a run failed)."""
+    from .compare import DEFAULT_TOLERANCE, RunFailed, compare_configs
+    from .compare.report import comparison_text, write_chart
+
+    tolerance = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
+    try:
+        result = compare_configs(args.base, args.candidate, steps=args.steps, runtime=args.runtime,
+                                 tolerance=tolerance, bisect=not args.no_bisect, max_runs=args.max_runs,
+                                 progress=lambda line: print(line, file=sys.stderr, flush=True))
+    except ConfigError as error:
+        print(error.render(), file=sys.stderr)
+        return 2
+    except RunFailed as error:
+        print(f"python -m mf_memopt compare: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(result.to_dict(), indent=2) if args.json else comparison_text(result))
+    if args.png:
+        write_chart(result, args.png)
+        if not args.json:
+            print(f"chart written to {args.png}")
+    return 0 if result.equivalent() else 1
+
+
 def _check_data(args: argparse.Namespace) -> int:
     from .config.source import load_source
     from .runtime.datacheck import run_check_data

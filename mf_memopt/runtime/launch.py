@@ -94,6 +94,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--train_steps", type=int, default=None,
                         help="stop after this many steps of this run (default: the dataset's steps times the "
                              "epochs, less those a resumed run has done)")
+    parser.add_argument("--record_steps", default=None, metavar="FILE",
+                        help="rank 0 writes each step's loss, global norm, overflow and loss scale (exact float32 "
+                             "values) as JSON lines to FILE, then a digest of the trained parameters (what "
+                             "`python -m mf_memopt compare` reads)")
     parser.add_argument("--strict", action="store_true", help="refuse configs whose rules conflict")
     parser.add_argument("--force", action="store_true", help="replace an existing apply report instead of keeping "
                                                              "it under a dated name")
@@ -168,10 +172,24 @@ def _train(args: argparse.Namespace, state: _State, source: Source, claim: Claim
     LOGGER.info(write_report(record, run_record(source), force=args.force, what="the config this run trains"))
     from .train import train
 
+    record = _step_record(args.record_steps, session.run.rank)
     progress = train(session.network, session.config, device_target=session.run.device_target,
-                     steps=args.train_steps, progress=state.progress)
+                     steps=args.train_steps, progress=state.progress, record=record)
     LOGGER.info(_finished_line(progress, state.output, session.run.rank))
     return 0
+
+
+def _step_record(path: str | None, rank: int) -> Path | None:
+    """The step record of rank 0, started empty; None when not asked for or on another rank."""
+    if path is None or rank != 0:
+        return None
+    record = Path(path)
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text("")
+    except OSError as error:
+        raise LaunchError(f"--record_steps {path} cannot be written ({error.strerror or error})") from None
+    return record
 
 
 def _mindformers_paths(output: Path) -> None:

@@ -7,11 +7,19 @@ resume settings. What it lacks on CPU is filled in here and said once in the log
 - `runner_wrapper: MFTrainOneStepCell` becomes CPUTrainOneStepCell (cpu_wrapper.py);
 - `--train_steps N` stops after N steps (MindFormers' own `runner_config.stop_step` is not
   wired to any callback in 1.9), and the checkpoint callback still saves the last step.
+
+With `--record_steps FILE` (what `python -m mf_memopt compare` reads) rank 0 writes one JSON line
+per step: the loss, the global gradient norm, the overflow flag and the loss scale, each the
+float32 the step returned (a float64 holds it exactly, so equal numbers in two records are equal
+bits); after the last step one more line holds a SHA-256 digest of every trainable parameter.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..apply.logs import LOGGER
@@ -44,11 +52,36 @@ def use_cpu_wrapper(config: Any) -> None:
                     "instead of branching around the optimizer, so that recompute keeps saving memory")
 
 
-def progress_callback(progress: Progress, cap: int | None) -> Any:
+def step_values(outputs: Any) -> dict[str, Any]:
+    """Loss, overflow, loss scale and global norm of one step's outputs, as exact Python numbers.
+
+    A MindFormers train-one-step cell returns (loss, overflow, scaling_sens, learning_rate, global_norm[, ...]);
+    a plain one returns the loss alone. The global norm is only computed when clip-grad is on (else None).
+    """
+    items = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+    names = ("loss", "overflow", "loss_scale", "learning_rate", "global_norm")
+    values = {}
+    for name, item in zip(names, items):
+        values[name] = None if item is None else _number(item)
+    return values
+
+
+def _number(item: Any) -> Any:
+    value = item.asnumpy().reshape(-1)[0] if hasattr(item, "asnumpy") else item
+    return bool(value) if str(getattr(value, "dtype", "")) == "bool" or isinstance(value, bool) else float(value)
+
+
+def parameter_digests(network: Any) -> dict[str, str]:
+    """SHA-256 of each trainable parameter's bytes, by name."""
+    return {param.name: hashlib.sha256(param.asnumpy().tobytes()).hexdigest() for param in network.trainable_params()}
+
+
+def progress_callback(progress: Progress, cap: int | None, record: Path | None = None) -> Any:
     from mindspore.train.callback import Callback
 
     class _Progress(Callback):
-        """Records losses, stops after `cap` steps, and says once what MindFormers' noise was."""
+        """Records losses (and with `record`, each step's numbers), stops after `cap` steps, and says once what
+        MindFormers' noise was."""
 
         def on_train_begin(self, run_context):
             interrupt.install()
@@ -67,14 +100,25 @@ def progress_callback(progress: Progress, cap: int | None) -> Any:
             loss = outputs[0] if isinstance(outputs, (tuple, list)) else outputs
             if loss is not None:
                 progress.losses.append(float(loss.asnumpy().reshape(-1)[0]))
+            if record is not None:
+                _append(record, {"step": progress.step, **step_values(outputs)})
             if cap is not None and progress.step >= cap:
                 run_context.request_stop()
+
+        def on_train_end(self, run_context):
+            if record is not None:
+                _append(record, {"parameters": parameter_digests(run_context.original_args().train_network)})
 
     return _Progress()
 
 
+def _append(path: Path, entry: dict[str, Any]) -> None:
+    with path.open("a", encoding="utf-8") as out:
+        out.write(json.dumps(entry, sort_keys=True) + "\n")
+
+
 def train(network: Any, config: Any, *, device_target: str, steps: int | None = None,
-          progress: Progress | None = None, compile_only: bool = False) -> Progress:
+          progress: Progress | None = None, compile_only: bool = False, record: Path | None = None) -> Progress:
     """Run MindFormers' Trainer on `network` with `config` (a MindFormerConfig).
 
     `compile_only` (for `verify`, under MS_DEV_PRECOMPILE_ONLY=1) runs one step without the
@@ -88,7 +132,7 @@ def train(network: Any, config: Any, *, device_target: str, steps: int | None = 
     if compile_only:
         config.callbacks = []
         steps = 1
-    trainer = Trainer(args=config, model=network, callbacks=[progress_callback(progress, steps)])
+    trainer = Trainer(args=config, model=network, callbacks=[progress_callback(progress, steps, record)])
     trainer.train()
     progress.finished = True
     return progress
