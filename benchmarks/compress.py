@@ -1,4 +1,4 @@
-"""(d) Activation compression: pool peak, step time, bytes per tensor and loss curves per method.
+"""(d) Activation compression: pool peak, step time and bytes per tensor per method.
 
 Baseline: the same model and data without compression (and without recompute). Each
 variant is a copy of the YAML whose `compress_config` differs; in its own process,
@@ -7,7 +7,9 @@ variant is a copy of the YAML whose `compress_config` differs; in its own proces
 generated tokens), so the memory-pool peak MindSpore prints at exit belongs to that variant
 alone. Losses are recorded as full-precision floats, so "identical" means bit-identical.
 
-    python -m benchmarks.compress [--config benchmarks/llama_medium.yaml] [--steps 4] [--curve-steps 200]
+    python -m benchmarks.compress [--config benchmarks/llama_medium.yaml] [--steps 4] [--only memory|bytes]
+
+What quantisation costs in model quality is measured on real text by `benchmarks/compress_quality.py`.
 """
 
 from __future__ import annotations
@@ -37,11 +39,6 @@ VARIANTS = {
 }
 SELECTED = list(VARIANTS)
 PEAK = CPU_PEAK  # MindSpore's memory-pool report, as `estimate --measure` reads it
-
-
-# The loss curves train 5 variants for 200 steps each: on a 2-core machine shared with others,
-# a smaller model than llama_tiny keeps that to minutes (--curve-model full keeps the YAML's).
-SMALL_MODEL = {"num_layers": 2, "hidden_size": 64, "num_heads": 2, "seq_length": 64, "vocab_size": 128}
 
 
 def variant_yaml(config: Path, section: dict | None, out: Path, model: dict | None = None) -> Path:
@@ -174,53 +171,6 @@ def bytes_table() -> None:
                  "ratio", "mean abs error"), rows)
 
 
-def loss_curves(config: Path, steps: int, work: Path, png: Path, model: dict | None) -> None:
-    curves = {}
-    for name, section in VARIANTS.items():
-        if name not in SELECTED:
-            continue
-        path = variant_yaml(config, section, work / f"curve_{_slug(name)}.yaml", model)
-        curves[name] = run_variant(path, steps, work, f"curve {name}")["losses"]
-    base = curves["baseline"]
-    rows = []
-    for name, losses in curves.items():
-        exact = sum(a == b for a, b in zip(losses, base))
-        rows.append((name, f"{losses[-1]:.5f}", f"{(losses[-1] / base[-1] - 1) * 100:+.3f}%",
-                     f"{exact}/{steps}"))
-    shape = ", ".join(f"{key} {value}" for key, value in (model or {}).items()) or "as in the YAML"
-    print_table(f"(d) loss after {steps} steps, {config.name} ({shape}; the launcher's generated tokens)",
-                ("variant", f"loss at step {steps}", "vs baseline", "steps bit-identical to baseline"), rows)
-    _plot(curves, png, f"{config.stem}{' (small)' if model else ''}")
-
-
-def _plot(curves: dict[str, list[float]], png: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (full, late) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for name, losses in curves.items():
-        style = "--" if name.startswith("lossless") else "-"
-        for axis in (full, late):
-            axis.plot(range(1, len(losses) + 1), losses, style, label=name, linewidth=1)
-    late.set_xlim(len(next(iter(curves.values()))) // 2, len(next(iter(curves.values()))))
-    late.set_ylim(*_late_range(curves))
-    for axis, what in ((full, "all steps"), (late, "second half")):
-        axis.set_xlabel("step")
-        axis.set_ylabel("loss")
-        axis.set_title(f"{title}: {what}")
-        axis.legend()
-    figure.tight_layout()
-    figure.savefig(png, dpi=110)
-    print(f"loss curves written to {png}")
-
-
-def _late_range(curves: dict[str, list[float]]) -> tuple[float, float]:
-    values = [loss for losses in curves.values() for loss in losses[len(losses) // 2:]]
-    return min(values) * 0.98, max(values) * 1.02
-
-
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] == "--worker":
@@ -229,12 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=REPO / "benchmarks" / "llama_medium.yaml")
     parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--curve-config", type=Path, default=REPO / "configs" / "llama_tiny.yaml")
-    parser.add_argument("--curve-steps", type=int, default=200)
-    parser.add_argument("--curve-model", choices=("small", "full"), default="small",
-                        help="model of the loss curves: small (2 layers, hidden 64, seq 64) or the YAML's")
-    parser.add_argument("--png", type=Path, default=REPO / "benchmarks" / "compress_loss.png")
-    parser.add_argument("--only", choices=("memory", "bytes", "curves"))
+    parser.add_argument("--only", choices=("memory", "bytes"))
     parser.add_argument("--pattern", default=MLP, help=f"op_name of the quantised variants (default {MLP})")
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS),
                         help="variants to run (the baseline always runs)")
@@ -248,9 +193,6 @@ def main(argv: list[str] | None = None) -> int:
             bytes_table()
         if options.only in (None, "memory"):
             memory_table(options.config, options.steps, Path(tmp))
-        if options.only in (None, "curves"):
-            loss_curves(options.curve_config, options.curve_steps, Path(tmp), options.png,
-                        SMALL_MODEL if options.curve_model == "small" else None)
     return 0
 
 
