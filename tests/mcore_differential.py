@@ -1,8 +1,9 @@
-"""One tiny Qwen3 built twice per case: by MindFormers applying the YAML's sections itself (its mcore
-`LayerSetting`), and by mf_memopt (MindFormers' handling off, then `apply_plan`). Prints, as one JSON line,
-{case: {"theirs": marks, "ours": marks, "off": marks of the model before mf_memopt applied its plan}}.
+"""A tiny Qwen3 and a tiny TeleChat3, each built twice per case: by MindFormers applying the YAML's sections
+itself (its mcore `LayerSetting`), and by mf_memopt (MindFormers' handling off, then `apply_plan`). Prints, as
+one JSON line, {model: {case: {"theirs": marks, "ours": marks, "off": marks of the model before mf_memopt
+applied its plan}}}.
 
-    python tests/mcore_differential.py [CASE ...]
+    python tests/mcore_differential.py [--model qwen3|telechat3] [CASE ...]
 
 Run by tests/test_differential_mcore.py in a child process (an mcore build switches MindFormers'
 process-wide context). Swap is written in MindFormers' own spelling (`model_config: {swap, layer_swap,
@@ -29,6 +30,10 @@ _MODEL = {"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "
           "position_embedding_type": "rope", "qk_layernorm": True, "params_dtype": "float32",
           "compute_dtype": "float32", "layernorm_compute_dtype": "float32", "softmax_compute_dtype": "float32",
           "rotary_dtype": "float32", "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]}
+# The two dense mcore architectures: TeleChat3 has no q/k layernorm.
+MODELS = {"qwen3": _MODEL,
+          "telechat3": {**_MODEL, "qk_layernorm": False, "model_type": "telechat3",
+                        "architectures": ["TeleChat3ForCausalLM"]}}
 CASES = {
     "full recompute by per-stage count": {"recompute": {"recompute": [2]}},
     "full recompute of every layer": {"recompute": {"recompute": True}},
@@ -62,14 +67,14 @@ CASES = {
 }
 
 
-def document(case: dict) -> dict:
+def document(case: dict, model: str, output_dir: str) -> dict:
     recompute = {"recompute": False, "select_recompute": False, "select_comm_recompute": False,
                  **case.get("recompute", {})}
     return {"use_legacy": False, "run_mode": "train", "use_parallel": False,
-            "output_dir": tempfile.mkdtemp(prefix="mf_memopt_differential_"),
+            "output_dir": output_dir,
             "context": {"mode": 0, "device_target": "CPU"}, "parallel": {"parallel_mode": 0},
             "parallel_config": {"data_parallel": 1, "model_parallel": 1, "pipeline_stage": case.get("stages", 1)},
-            "recompute_config": recompute, "model": {"model_config": {**_MODEL, **case.get("swap", {})}}}
+            "recompute_config": recompute, "model": {"model_config": {**MODELS[model], **case.get("swap", {})}}}
 
 
 def build(data: dict, *, ours: bool):
@@ -111,17 +116,23 @@ def marks(network) -> dict:
     return found
 
 
-def main(names: list[str]) -> int:
+def main(argv: list[str]) -> int:
     from mf_memopt import apply_plan, load_plan
 
-    results = {}
-    for name in names or list(CASES):
-        data = document(CASES[name])
-        theirs = marks(build(data, ours=False))
-        network = build(data, ours=True)
-        off = marks(network)
-        apply_plan(load_plan(data), network, device_target="CPU")
-        results[name] = {"theirs": theirs, "ours": marks(network), "off": off}
+    models = list(MODELS)
+    if argv[:1] == ["--model"]:
+        models, argv = [argv[1]], argv[2:]
+    results: dict[str, dict] = {}
+    work = tempfile.TemporaryDirectory(prefix="mf_memopt_differential_")
+    for model in models:
+        for name in argv or list(CASES):
+            data = document(CASES[name], model, work.name)
+            theirs = marks(build(data, ours=False))
+            network = build(data, ours=True)
+            off = marks(network)
+            apply_plan(load_plan(data), network, device_target="CPU")
+            results.setdefault(model, {})[name] = {"theirs": theirs, "ours": marks(network), "off": off}
+    work.cleanup()
     print(json.dumps(results))
     return 0
 

@@ -169,6 +169,9 @@ def check_attention(layout, sparse_mode, mask_form, s1=32, s2=32, b=2, n1=4, n2=
         report(f"{name}: {label}", value, to_layout(expected, layout), 1e-4)
 
 
+_WORK = tempfile.TemporaryDirectory(prefix="mf_memopt_check_")   # removed when the check ends
+
+
 def _qwen3_layer():
     """A one-layer Qwen3 built by MindFormers (hidden 64, 4 heads over 2 KV heads of 16, seq 32), stand-ins on."""
     from mindformers import build_context
@@ -179,7 +182,7 @@ def _qwen3_layer():
     from mf_memopt.models.mcore.layers import _TINY
 
     config = MindFormerConfig(**{
-        "use_legacy": False, "run_mode": "train", "output_dir": tempfile.mkdtemp(prefix="mf_memopt_check_"),
+        "use_legacy": False, "run_mode": "train", "output_dir": _WORK.name,
         "use_parallel": False, "context": {"mode": 0, "device_target": "CPU"}, "parallel": {"parallel_mode": 0},
         "parallel_config": {"data_parallel": 1, "model_parallel": 1, "pipeline_stage": 1},
         "model": {"model_config": {**_TINY, "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],

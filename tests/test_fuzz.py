@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import signal
 import tempfile
 import tracemalloc
@@ -120,6 +122,7 @@ raw_bytes = st.one_of(
     st.tuples(yaml_text, st.binary(max_size=20)).map(lambda pair: (PREFIX + pair[0]).encode() + pair[1]),
 )
 _WORKDIR = tempfile.mkdtemp(prefix="mf_memopt_fuzz_")
+atexit.register(shutil.rmtree, _WORKDIR, True)
 Path(_WORKDIR, "other.yaml").write_text(PREFIX + "recompute_config:\n  recompute: true\n")
 
 
