@@ -218,13 +218,20 @@ def _affordable(model: dict[str, Any]) -> bool:
 def measure(only: list[str] | None = None, *, pinned: bool = False, which: str = "sweep", exact: bool = False) -> None:
     """Train each config (or the tests' pinned configs) and record its pool peak in the data file; with
     `exact`, also the peak replayed from the allocation log to the byte (`estimate --measure --exact`)."""
+    target = PINNED_DATA if pinned else _data_file(which)
+    record_peaks(PINNED if pinned else generate(which), target, only=only, exact=exact,
+                 command=f"python benchmarks/sweep.py {_regenerate_command(target)}")
+
+
+def record_peaks(configs: list[Any], target: Path, *, only: list[str] | None, exact: bool, command: str) -> None:
+    """Train each config (anything with `name`, `half`, `dtype`, `recompute`, `model`, `step` and `write`) one
+    step and record its pool peak in `target`; the file says `command` regenerates it."""
     from mf_memopt.estimate.measure import MeasureError, measure_peak
 
-    target = PINNED_DATA if pinned else _data_file(which)
     data = _load(target)
     entries = {entry["name"]: entry for entry in data.get("configs", [])}
     with tempfile.TemporaryDirectory(prefix="mf_memopt_sweep_") as tmp:
-        for config in PINNED if pinned else generate(which):
+        for config in configs:
             if only and config.name not in only:
                 continue
             path = config.write(Path(tmp) / f"{config.name}.yaml")
@@ -244,7 +251,7 @@ def measure(only: list[str] | None = None, *, pinned: bool = False, which: str =
                 entry["error"] = str(error)
                 print(f"  failed: {error}", file=sys.stderr)
             entries[config.name] = entry
-            _save(data, entries, target)
+            _save(data, entries, target, command)
 
 
 def _data_file(which: str) -> Path:
@@ -254,6 +261,8 @@ def _data_file(which: str) -> Path:
 def _entry(config: SweepConfig) -> dict[str, Any]:
     entry = {"name": config.name, "half": config.half, "dtype": config.dtype, "recompute": config.recompute,
              "model": config.model}
+    if hasattr(config, "architecture"):          # an mcore config (sweep_mcore.py)
+        entry["architecture"] = config.architecture
     return entry if config.step == BASE_STEP else {**entry, "step": config.step}
 
 
@@ -261,13 +270,15 @@ def _load(path: Path = DATA) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def _save(data: dict[str, Any], entries: dict[str, dict[str, Any]], path: Path = DATA) -> None:
+def _save(data: dict[str, Any], entries: dict[str, dict[str, Any]], path: Path = DATA, command: str | None = None
+          ) -> None:
     import mindformers
     import mindspore
 
+    command = command or f"python benchmarks/sweep.py {_regenerate_command(path)}"
     data.update({"about": "MindSpore memory-pool peak (MiB, whole MiB as printed) of each sweep config trained "
                           f"{STEPS} step(s) by run_mindformer_memopt.py on the CPU backend; regenerate with "
-                          f"`python benchmarks/sweep.py {_regenerate_command(path)}`",
+                          f"`{command}`",
                  "seed": SEED, "mindspore": mindspore.__version__, "mindformers": mindformers.__version__,
                  "launcher": _launcher_revision(),
                  "configs": [entries[name] for name in sorted(entries)]})

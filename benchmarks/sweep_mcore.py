@@ -1,0 +1,167 @@
+"""(e2) Generated mcore configs (Qwen3, TeleChat3) and their measured memory-pool peaks, a held-out half included.
+
+The estimator does not model mcore layers yet. This sweep is what it will be built and checked on,
+drawn and measured before any mcore inventory exists, so that the held-out half stays unseen:
+
+* architecture: Qwen3 (q/k layernorm) or TeleChat3 (none);
+* layers 2-6, hidden 64-768, heads and head_dim drawn apart (an mcore model's heads x head_dim need
+  not equal hidden), key/value heads dividing the heads, intermediate_size 2-4 x hidden, seq 32-512,
+  batch 1-4, vocab 256-16000, tied or untied embeddings;
+* dtypes: float32 everywhere, or float16 compute with float32 parameters and norms (bfloat16, the
+  mcore default, has no CPU kernels);
+* eight recompute forms (none, full, full of the first layers, the MLP cell, the attention cell,
+  MindFormers' default select patterns, the MLP with its SwiGlu `mul` excluded, both cells of the
+  first layer);
+* the six training-step forms of `step_forms.FORMS`.
+
+Configs come in pairs with the same architecture, dtypes, recompute form and step form but different
+shapes: the first of each pair is in the `build` half, the second in the `held-out` half.
+
+    python benchmarks/sweep_mcore.py list
+    python benchmarks/sweep_mcore.py measure [--only NAME ...] [--exact]
+
+Peaks go to `benchmarks/data/sweep_mcore_peaks.json` (see `sweep.py` for the reading of a printed peak).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks.step_forms import FORMS  # noqa: E402
+from benchmarks.sweep import record_peaks  # noqa: E402
+
+BASE_CONFIG = REPO / "configs" / "qwen3_tiny.yaml"
+DATA = REPO / "benchmarks" / "data" / "sweep_mcore_peaks.json"
+SEED = 20261125
+PAIRS = 16
+ARCHITECTURES = {"qwen3": {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "qk_layernorm": True},
+                 "telechat3": {"model_type": "telechat3", "architectures": ["TeleChat3ForCausalLM"],
+                               "qk_layernorm": False}}
+DTYPE_KEYS = ("params_dtype", "compute_dtype", "layernorm_compute_dtype", "softmax_compute_dtype", "rotary_dtype")
+DTYPES = {"float32": dict.fromkeys(DTYPE_KEYS, "float32"),
+          "fp16 compute, fp32 params": {**dict.fromkeys(DTYPE_KEYS, "float32"), "compute_dtype": "float16"}}
+OFF = {"recompute": False, "select_recompute": False, "select_comm_recompute": False}
+RECOMPUTE: dict[str, dict[str, Any]] = {
+    "none": dict(OFF),
+    "full": {**OFF, "recompute": True},
+    "full, first 2 layers": {**OFF, "recompute": [2]},
+    "select mlp": {**OFF, "select_recompute": {"mlp": True}},
+    "select self_attention": {**OFF, "select_recompute": {"self_attention": True}},
+    "select default patterns": {**OFF, "select_recompute": True},
+    "select mlp, exclude its mul": {**OFF, "select_recompute": {"mlp": True},
+                                    "select_recompute_exclude": {r"mlp\.activation_func\.mul": True}},
+    "select mlp+self_attention, first layer": {**OFF, "select_recompute": {"mlp": [1], "self_attention": [1]}},
+}
+HIDDEN = (64, 128, 192, 256, 384, 512, 768)
+SEQ = (32, 64, 128, 256, 512)
+VOCAB = (256, 1000, 4096, 8000, 16000)
+MAX_TRAIN_GFLOP = 40.0
+MAX_FP32_PEAK = 1.5 * 2**30
+
+
+@dataclass(frozen=True)
+class McoreConfig:
+    name: str
+    half: str                        # "build" or "held-out"
+    architecture: str
+    dtype: str
+    recompute: str
+    step: str
+    model: dict[str, Any] = field(default_factory=dict)
+
+    def document(self) -> dict[str, Any]:
+        """The training YAML: the shipped tiny Qwen3 with this architecture, shape, dtypes and sections."""
+        document = yaml.safe_load(BASE_CONFIG.read_text())
+        model = document["model"]["model_config"]
+        model.update(ARCHITECTURES[self.architecture])
+        model.update({key: value for key, value in self.model.items() if key != "batch_size"})
+        model["max_position_embeddings"] = self.model["seq_length"]
+        model.update(DTYPES[self.dtype])
+        batch = self.model["batch_size"]
+        document["runner_config"]["batch_size"] = batch
+        document["train_dataset"]["batch_size"] = batch
+        document["recompute_config"] = dict(RECOMPUTE[self.recompute])
+        if FORMS[self.step] is None:
+            document.pop("runner_wrapper", None)
+        else:
+            document["runner_wrapper"] = FORMS[self.step]
+        return document
+
+    def write(self, path: Path) -> Path:
+        path.write_text(yaml.safe_dump(self.document(), sort_keys=False))
+        return path
+
+
+def generate() -> list[McoreConfig]:
+    """The 32 configs: 16 pairs, each a build config and a held-out config of the same kind."""
+    rng = random.Random(SEED)
+    architectures, dtypes, forms, steps = list(ARCHITECTURES), list(DTYPES), list(RECOMPUTE), list(FORMS)
+    configs = []
+    for pair in range(PAIRS):
+        turn = pair // len(forms)    # the second turn of the forms pairs each with the other architecture and dtypes
+        kind = {"architecture": architectures[(pair + turn) % 2], "dtype": dtypes[(pair // 2 + turn) % 2],
+                "recompute": forms[pair % len(forms)], "step": steps[(pair + turn) % len(steps)]}
+        for half in ("build", "held-out"):
+            configs.append(McoreConfig(name=f"c{len(configs):02d}", half=half, model=_shape(rng), **kind))
+    return configs
+
+
+def _shape(rng: random.Random) -> dict[str, Any]:
+    while True:
+        hidden = rng.choice(HIDDEN)
+        head_dim = rng.choice([d for d in (16, 32, 64, 128) if d <= hidden // 2])
+        heads = max(1, rng.choice((hidden // head_dim, hidden // head_dim // 2, 2 * hidden // head_dim)))
+        kv_heads = rng.choice([k for k in (heads, heads // 2, heads // 4, 1) if k >= 1 and heads % k == 0])
+        model = {"num_hidden_layers": rng.randint(2, 6), "hidden_size": hidden, "num_attention_heads": heads,
+                 "num_key_value_heads": kv_heads, "head_dim": head_dim,
+                 "intermediate_size": rng.choice((2, 3, 4)) * hidden + rng.choice((0, 8, 40)),
+                 "seq_length": rng.choice(SEQ), "batch_size": rng.randint(1, 4), "vocab_size": rng.choice(VOCAB),
+                 "untie_embeddings_and_output_weights": rng.random() < 0.75}
+        model["tie_word_embeddings"] = not model["untie_embeddings_and_output_weights"]
+        if _affordable(model):
+            return model
+
+
+def _affordable(model: dict[str, Any]) -> bool:
+    h, s, b, v, layers, f = (model[key] for key in ("hidden_size", "seq_length", "batch_size", "vocab_size",
+                                                    "num_hidden_layers", "intermediate_size"))
+    q = model["num_attention_heads"] * model["head_dim"]
+    kv = model["num_key_value_heads"] * model["head_dim"]
+    per_layer = 2 * b * s * (h * (q + 2 * kv) + q * h + 3 * h * f) + 4 * b * s * s * q
+    gflop = 3 * (layers * per_layer + 2 * b * s * h * v) / 1e9
+    activations = 4 * layers * b * (model["num_attention_heads"] * s * s + 5 * s * f + 8 * s * (h + q)) \
+        + 16 * b * s * v
+    params = 4 * (layers * (h * (q + 2 * kv) + q * h + 3 * h * f) + 2 * v * h)
+    return gflop <= MAX_TRAIN_GFLOP and activations + 3 * params <= MAX_FP32_PEAK and s * b <= 2048
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("list", help="print the generated configs")
+    run = commands.add_parser("measure", help="train every config one step and record its pool peak")
+    run.add_argument("--only", nargs="*", help="config names (c00, c01, ...) to measure")
+    run.add_argument("--exact", action="store_true", help="also replay the allocation log for the peak to the byte")
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        for config in generate():
+            print(config.name, config.half, config.architecture, config.dtype, "|", config.recompute, "|",
+                  config.step, "|", config.model)
+    else:
+        record_peaks(generate(), DATA, only=args.only, exact=args.exact,
+                     command="python benchmarks/sweep_mcore.py measure --exact")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
