@@ -38,12 +38,14 @@ def _launch(config: Path, output: Path, steps: int) -> subprocess.CompletedProce
 
 
 @cache
-def _trained(recompute: str, tmp: str) -> tuple[int, dict[int, float], str]:
+def _trained(recompute: str, tmp: str, clip: bool = True) -> tuple[int, dict[int, float], str]:
     data = yaml.safe_load(QWEN3.read_text())
     data["recompute_config"] = {**RECOMPUTE[recompute], "select_comm_recompute": False}
-    config = Path(tmp) / f"qwen3_{recompute}.yaml"
+    data["runner_wrapper"]["use_clip_grad"] = clip
+    name = recompute if clip else f"{recompute}_noclip"
+    config = Path(tmp) / f"qwen3_{name}.yaml"
     config.write_text(yaml.safe_dump(data, sort_keys=False))
-    done = _launch(config, Path(tmp) / recompute, steps=3)
+    done = _launch(config, Path(tmp) / name, steps=3)
     peaks = CPU_PEAK.findall(done.stdout + done.stderr)
     assert peaks, "MindSpore printed no memory-pool peak"
     losses = {int(step): float(loss) for step, loss in LOSS.findall(done.stdout)}
@@ -72,6 +74,17 @@ def test_recompute_lowers_the_pool_peak_and_changes_no_loss(work):
     assert full <= 0.75 * none, (none, full)
     assert mlp < none, (none, mlp)
     assert none_losses == full_losses == mlp_losses
+
+
+def test_without_clip_grad_the_step_compiles_reports_the_norm_and_recompute_still_saves(work):
+    """MindFormers' step returns None as the norm without clip-grad, which an mcore step cannot return on CPU."""
+    none, _, out = _trained("none", work, clip=False)
+    full, losses, _ = _trained("full", work, clip=False)
+    assert sorted(losses) == [1, 2, 3] and losses[3] < losses[1]
+    assert "use_clip_grad is False: the step reports the gradients' global norm without clipping by it" in out
+    norms = [float(value) for value in re.findall(r"global_norm: \[([\d.]+)\]", out)]
+    assert len(norms) == 3 and all(value > 0 for value in norms)
+    assert full <= 0.75 * none, (none, full)
 
 
 def test_verify_finds_the_plan_and_mindformers_own_marks_in_the_graph(tmp_path):

@@ -1,6 +1,6 @@
 """MindFormers' training step (MFTrainOneStepCell) made to run on the CPU backend, with recompute intact.
 
-Three things in MFTrainOneStepCell stop it from serving CPU training:
+Five things in MFTrainOneStepCell stop it from serving CPU training:
 
 1. Its overflow check has only GPU and Ascend branches; on CPU it compiles NPUGetFloatStatusV2,
    which has no CPU kernel. Here the check is MindSpore's IsFinite path (all-reduced across
@@ -23,6 +23,19 @@ Three things in MFTrainOneStepCell stop it from serving CPU training:
    gradients were unscaled with the scale read at the start, as in MindFormers): 143 and 55 MiB, as
    with a fixed scale (`benchmarks/README.md`, "The training step").
 
+4. For an mcore model it adds each step's separate losses (`print_separate_loss`, MindFormers' default)
+   to their Parameters inside `grads_for_mcore`, before the optimizer. Those assignments wait for the
+   loss, and the learning-rate schedule (control flow) after them, so the step is cut into a forward
+   and a backward kernel graph and the forward's tensors stay alive to the end of the forward: full
+   recompute of qwen3_tiny peaked at 47.9 MiB in the forward of its last layer (45.2 MiB with
+   `mcore.backend.pure_morphs` alone). Here the separate losses are added after the optimizer, the
+   Parameters hold the same values at the end of the step, and full recompute peaks at 33.5 MiB.
+
+5. With `use_clip_grad: False` it returns None as the global norm. MindFormers compiles an mcore model's
+   step in strict syntax (`MS_DEV_JIT_SYNTAX_LEVEL=0`), where a None output of a step with the learning-rate
+   schedule's branches fails to compile on CPU ("Invalid abstract ... ValueNode<None>"). Here an mcore step
+   without clip-grad returns the gradients' global norm, computed and not applied (the log says so).
+
 Everything else (loss scaling, clip-grad, schedule-driven learning rate, local norms, outputs)
 is MindFormers' own code, inherited.
 """
@@ -32,7 +45,9 @@ from __future__ import annotations
 from mindformers.tools.register import MindFormerModuleType, MindFormerRegister
 from mindformers.wrapper import MFTrainOneStepCell
 from mindspore import ops
+from mindspore.common import dtype as mstype
 from mindspore.nn.wrap.loss_scale import _ascend_grad_overflow, _grad_scale
+from mindspore.ops import composite as C
 from mindspore.ops import functional as F
 
 CPU_WRAPPER = "CPUTrainOneStepCell"
@@ -54,10 +69,11 @@ class CPUTrainOneStepCell(MFTrainOneStepCell):
 
     def construct(self, *inputs):
         scaling_sens = self.scale_sense
+        losses = None
         if self.use_legacy:
             loss, grads, grad_scale_factor = self.grads_for_legacy(scaling_sens, *inputs)
         else:
-            loss, grads, grad_scale_factor = self.grads_for_mcore(scaling_sens, *inputs)
+            loss, grads, grad_scale_factor, losses = self._mcore_grads(scaling_sens, *inputs)
         grads = self.hyper_map(F.partial(_grad_scale, scaling_sens * grad_scale_factor), grads)
         if self.local_norm:
             local_norm, size = self.localnorm(grads)
@@ -67,6 +83,8 @@ class CPUTrainOneStepCell(MFTrainOneStepCell):
         global_norm = None
         if self.use_clip_grad:
             grads, global_norm = self.clip_grad_norm(grads)
+        elif not self.use_legacy:
+            _, global_norm = self.clip_grad_norm(grads)      # reported, not applied (5.)
         learning_rate = self._current_lr()
         if self.use_graceful_exit:
             grads = self.graceful_exit.exit_by_request(grads, self.init_param, self.exit_param)
@@ -80,10 +98,45 @@ class CPUTrainOneStepCell(MFTrainOneStepCell):
         # the start of the backward, and full recompute then raised the pool peak (174 MiB against 164 MiB
         # without recompute on the step-form benchmark) instead of lowering it (55 MiB).
         overflow = F.depend(self.process_loss_scale(F.depend(overflow, updated)), updated)
+        if self.print_separate_loss:
+            loss = F.depend(loss, self._add_separate_losses(losses))
         loss = F.depend(loss, updated)
         if self.local_norm:
             return loss, overflow, scaling_sens, learning_rate, global_norm, local_norm, size
         return loss, overflow, scaling_sens, learning_rate, global_norm
+
+    def _mcore_grads(self, scaling_sens, *inputs):
+        """MindFormers' `grads_for_mcore` with the separate losses returned (lm, mtp, aux, indexer), not added."""
+        if self.calculate_per_token_loss:
+            numerator0, denominator0, numerator1, _, aux_loss, indexer_loss = self.network(*inputs)
+            lm_loss = numerator0 / denominator0
+            mtp_loss = numerator1 / denominator0
+            aux_loss = aux_loss / denominator0
+            indexer_loss = indexer_loss / denominator0
+            loss = lm_loss + aux_loss + indexer_loss
+            loss = loss + mtp_loss
+            filled = self.cast(C.ones_like(numerator0) * F.cast(scaling_sens, F.dtype(numerator0)), mstype.float32)
+            filled_zero = self.cast(self.zero_t * F.cast(scaling_sens, F.dtype(denominator0)), mstype.float32)
+            grads = self.grad(self.network, self.weights)(*inputs, (filled, filled_zero, filled, filled_zero, filled,
+                                                                    filled))
+            grad_scale_factor = denominator0
+        else:
+            lm_loss, mtp_loss, aux_loss, indexer_loss = self.network(*inputs)
+            loss = lm_loss + aux_loss + indexer_loss
+            loss = loss + mtp_loss
+            filled = C.ones_like(loss) * F.cast(scaling_sens, F.dtype(loss))
+            grads = self.grad(self.network, self.weights)(*inputs, (filled, filled, filled, filled))
+            grad_scale_factor = self.grad_scale_factor
+        return loss, grads, grad_scale_factor, (lm_loss, mtp_loss, aux_loss, indexer_loss)
+
+    def _add_separate_losses(self, losses):
+        """What `grads_for_mcore` adds to the separate-loss Parameters, added after the optimizer."""
+        lm_loss, mtp_loss, aux_loss, indexer_loss = losses
+        done = F.assign_add(self.indexer_loss_parameter, indexer_loss / self.total_num_layers)
+        done = F.depend(F.assign_add(self.aux_loss_parameter, aux_loss / self.aux_loss_scale
+                                     if self.aux_loss_scale > 0 else 0), done)
+        done = F.depend(F.assign_add(self.mtp_loss_parameter, mtp_loss), done)
+        return F.depend(F.assign_add(self.lm_loss_parameter, lm_loss), done)
 
     def _current_lr(self):
         learning_rate = self.learning_rate

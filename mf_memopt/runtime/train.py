@@ -50,13 +50,17 @@ def use_cpu_wrapper(config: Any) -> None:
         LOGGER.info(f"runner_wrapper {REPLACES} runs on CPU as {CPU_WRAPPER}: the overflow check uses IsFinite "
                     "(NPUGetFloatStatusV2 has no CPU kernel), and an overflowing step applies zero gradients "
                     "instead of branching around the optimizer, so that recompute keeps saving memory")
+        if config.get("use_legacy", True) is False and not config.runner_wrapper.get("use_clip_grad", False):
+            LOGGER.info("use_clip_grad is False: the step reports the gradients' global norm without clipping by it "
+                        "(MindFormers reports None, which an mcore model's step cannot return on CPU)")
 
 
 def step_values(outputs: Any) -> dict[str, Any]:
     """Loss, overflow, loss scale and global norm of one step's outputs, as exact Python numbers.
 
     A MindFormers train-one-step cell returns (loss, overflow, scaling_sens, learning_rate, global_norm[, ...]);
-    a plain one returns the loss alone. The global norm is only computed when clip-grad is on (else None).
+    a plain one returns the loss alone. The global norm is None when clip-grad is off, except on an mcore model
+    (`cpu_wrapper`, 5.).
     """
     items = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
     names = ("loss", "overflow", "loss_scale", "learning_rate", "global_norm")
