@@ -4,7 +4,7 @@ The MindSpore 2.9 memory-pool peak that `benchmarks/run.py --only calibrate` mea
 parameters, optimizer moments and the input batch are host tensors, not in the pool;
 MindFormers' AdamW runs as graph ops after clip-grad, which needs every gradient, so the
 optimizer starts when the backward ends; the runtime then interleaves the updates of all
-parameters (`_optimizer_steps`). The peak is the largest of
+parameters (`optimizer_steps`). The peak is the largest of
     end of forward:   sum_j S_j + M_fwd + 4*e*b*s*v           (the loss holds four b*s*v tensors)
     backward of i:    sum_{j<i} S_j + G(i) + M_bwd + S_all(i) + 2*e*b*s*f
     optimizer step:   float32 models: gradients + the overflow select's zeros + 3*4*p_max;
@@ -25,7 +25,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...estimate.effects import LayerEffect, TensorFate
+from ...estimate.cpu_step import (
+    EARLY_VOCABULARY,
+    float32_model,
+    gradients_after,
+    held_bytes,
+    held_in_backward,
+    optimizer_steps,
+    rebuilds,
+    vocabulary_params,
+)
+from ...estimate.effects import LayerEffect
 from ...estimate.inventory import FP32, dims
 from ...estimate.memory import StagePeak
 from ...estimate.spec import ModelSpec, ParallelSpec
@@ -50,30 +60,16 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
         candidates.append(StagePeak(kind="backward", layer=index, components={
             "activations kept": sum(kept[:index]),
             "weight copies": sum(copies.backward[:index + 1]),
-            "gradients so far": _gradients_after(model, index, len(effects)),
+            "gradients so far": gradients_after(model, index, len(effects)),
             "model-level tensors": 2 * model.compute_bytes * dim.bsh_full + tables,
             "layer working set": _held_in_mlp_backward(effects[index]) + 2 * FP32 * dim.bsf + copies.late[index]
                                  + effects[index].backward_extra}))
         candidates.append(_attention_backward(model, effects, index, kept, copies, tables))
-    early = {EARLY_VOCABULARY: FP32 * _vocabulary_params(model)}
+    early = {EARLY_VOCABULARY: FP32 * vocabulary_params(model)}
     candidates = [StagePeak(kind=candidate.kind, layer=candidate.layer, components={**candidate.components, **early})
                   for candidate in candidates]
-    candidates.extend(_optimizer_steps(model, len(effects), early))
+    candidates.extend(optimizer_steps(model, len(effects), early))
     return candidates
-
-
-# MindFormers' AdamW starts each update with param * (1 - lr * weight_decay), which reads only the
-# parameter and the learning rate. The runtime computes it for the embedding and lm_head as soon
-# as the step starts and holds it to the end (memory-pool traces of s01, s08, s21, s26, p8).
-EARLY_VOCABULARY = "decayed vocabulary parameters (AdamW, computed early)"
-
-
-def _float32(model: ModelSpec) -> bool:
-    return model.param_bytes == FP32 and model.compute_bytes == FP32
-
-
-def _vocabulary_params(model: ModelSpec) -> int:
-    return model.vocab * model.hidden * (1 if model.tie_embeddings else 2)
 
 
 def _first_scores(model: ModelSpec, effects: list[LayerEffect]) -> int:
@@ -117,8 +113,8 @@ def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int
       softmax backward's temporary and the rebuilt float32 scores the softmax read.
     """
     dim, c = dims(model, ParallelSpec()), model.compute_bytes
-    attention = _held_in_backward(effects[index], ("attention.", "attention_norm."))
-    rebuilt = _rebuilds(effects[index], "attention.softmax")
+    attention = held_in_backward(effects[index], ("attention.", "attention_norm."))
+    rebuilt = rebuilds(effects[index], "attention.softmax")
     if c == FP32:
         working = 2 * FP32
     elif rebuilt and model.softmax_bytes == FP32:
@@ -129,7 +125,7 @@ def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int
     return StagePeak(kind="attention backward", layer=index, components={
         "activations kept": sum(kept[:index]),
         "weight copies": sum(copies.backward[:index + 1]),
-        "gradients so far": _gradients_after(model, index, len(effects)) + mlp,
+        "gradients so far": gradients_after(model, index, len(effects)) + mlp,
         "model-level tensors": 2 * c * dim.bsh_full + tables,
         "layer working set": attention + working * dim.scores + copies.late[index]})
 
@@ -138,21 +134,10 @@ def _held_in_mlp_backward(effect: LayerEffect) -> int:
     """A layer's tensors while its MLP backward runs. A recomputed attention cell is rebuilt when the
     gradient reaches it, after the MLP backward, unless the recompute spans the whole layer (its norms
     are rebuilt too: one segment, rebuilt at the start of the layer's backward) (traces of k07, p5)."""
-    if _rebuilds(effect, "attention_norm.", "ffn_norm."):
-        return _held_in_backward(effect)
-    return sum(_held_bytes(item) for item in effect.tensors
+    if rebuilds(effect, "attention_norm.", "ffn_norm."):
+        return held_in_backward(effect)
+    return sum(held_bytes(item) for item in effect.tensors
                if not (item.fate == "recomputed" and item.saved.path.startswith("attention.")))
-
-
-def _held_in_backward(effect: LayerEffect, prefixes: tuple[str, ...] = ("",)) -> int:
-    """A layer's tensors during its backward: kept ones as kept, rebuilt ones at their rebuilt size."""
-    return sum(_held_bytes(item) for item in effect.tensors if item.saved.path.startswith(prefixes))
-
-
-def _held_bytes(item: TensorFate) -> int:
-    if item.fate == "recomputed" and item.saved.rebuilt_nbytes is not None:
-        return item.saved.rebuilt_nbytes
-    return item.saved.nbytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,12 +192,12 @@ def _weight_copies(model: ModelSpec, effects: list[LayerEffect]) -> WeightCopies
                 # wo's is read by their one backward matmul and freed
                 held += model.param_bytes * size
                 made += FP32 * size if rerun else 0
-        if _float32(model):
+        if float32_model(model):
             held += FP32 * model.layer_params
         backward.append(held)
         late.append(made)
     head_forward, head_backward = _copy_bytes(model, False)
-    if _float32(model):
+    if float32_model(model):
         head_backward = FP32        # lm_head's TensorMove, held until lm_head's backward (traces of k01, k15)
     head = model.vocab * model.hidden
     return WeightCopies(forward_total=forward + head_forward * head, backward=tuple(backward),
@@ -227,7 +212,7 @@ def _rerun(path: str, effect: LayerEffect) -> bool:
     if path not in effect.recomputed_ops or path == "feed_forward.w2.matmul":
         return False
     if path == "attention.wo.matmul":
-        return _rebuilds(effect, "ffn_norm.")
+        return rebuilds(effect, "ffn_norm.")
     return True
 
 
@@ -254,12 +239,7 @@ def _cpu_tables(model: ModelSpec, effects: list[LayerEffect]) -> int:
 
 
 def _attention_rebuilt(effects: list[LayerEffect]) -> bool:
-    return any(_rebuilds(effect, "attention.") for effect in effects)
-
-
-def _rebuilds(effect: LayerEffect, *prefixes: str) -> bool:
-    """Whether the layer's recompute rebuilds some tensor whose path starts with one of `prefixes`."""
-    return any(item.fate == "recomputed" and item.saved.path.startswith(prefixes) for item in effect.tensors)
+    return any(rebuilds(effect, "attention.") for effect in effects)
 
 
 def _forward_model_level(model: ModelSpec) -> int:
@@ -271,74 +251,9 @@ def _forward_model_level(model: ModelSpec) -> int:
     return embedding + final_norm * dim.bsh_full
 
 
-def _gradients_after(model: ModelSpec, index: int, layers: int) -> int:
-    """Gradients held when layer `index`'s backward starts: later layers, lm_head, final norm."""
-    h, p = model.hidden, model.gradient_bytes
-    norm = p if model.clip_grad else model.layernorm_bytes
-    per_layer = p * (model.layer_params - 2 * h) + norm * 2 * h
-    return (layers - 1 - index) * per_layer + p * model.vocab * h + norm * h
 
 
-def _gradient_set(model: ModelSpec, layers: int) -> int:
-    """Bytes of one gradient per parameter (the parameter's dtype; the RmsNorm weights in L)."""
-    h, p, norm = model.hidden, model.param_bytes, model.layernorm_bytes
-    per_layer = p * (model.layer_params - 2 * h) + norm * 2 * h
-    return layers * per_layer + 2 * p * model.vocab * h + norm * h
 
 
-def _optimizer_steps(model: ModelSpec, layers: int, early: dict[str, int]) -> list[StagePeak]:
-    """MindFormers' AdamW as graph ops, after clip-grad and the overflow select.
-
-    Float32 models: the step replaces the gradients by zeros on overflow
-    (`select(overflow, zeros_like(g), g)`): by the time the optimizer runs, a zero tensor of every
-    gradient's shape exists too. Every parameter's update returns a new parameter-sized tensor,
-    held until the whole optimizer has run, while the gradients not yet used are still held: one
-    gradient set in all. Each update computes the new moments and the step in float32: three
-    temporaries of the largest parameter.
-
-    Other dtype settings: the runtime runs the updates side by side, one op of every parameter
-    after another, so at the peak each parameter has two float32 tensors alive (its clipped or
-    cast gradient and the first product of the moment update), whatever the parameter dtype. The
-    embedding's and lm_head's decayed copies made at the start of the step are still held.
-    Where the two float32 tensors of every parameter come relative to the end of clip-grad
-    depends on the parameter dtypes (`_clip_ends_first`):
-
-    * the updates first (every setting but the one below): when clip-grad's last sum, a float32
-      tensor of the embedding's size, is made, every parameter already has its two tensors. Or,
-      without float16 compute, the parameter being finished holds float32 copies of its two
-      moments (TensorMove) on top (traces of s19, s21, s25, t10).
-    * clip-grad first (float16 parameters with float32 RmsNorm weights, MindFormers' default):
-      when clip-grad's last sum is made, every parameter has one float32 tensor (its gradient
-      cast), the embedding and lm_head two; the second tensor of the others comes after the sum is
-      freed. Two checkpoints, then: the end of clip-grad and the updates (traces of s01, s26, s27,
-      q07, t14).
-      The same shapes with float16 RmsNorm weights measure like the first order (q07: 607 MiB,
-      654 MiB with float16 norms; t10: 131 MiB, 120 MiB with float32 norms).
-    """
-    if _float32(model):
-        largest = max([*model.layer_param_list(), model.vocab * model.hidden])
-        gradients = _gradient_set(model, layers)
-        return [StagePeak(kind="optimizer step", components={
-            "gradients": gradients, "zeros of the overflow select": gradients,
-            "optimizer outputs": 3 * FP32 * largest})]
-    params = layers * model.layer_params + model.hidden + _vocabulary_params(model)
-    embedding = model.vocab * model.hidden
-    if _clip_ends_first(model):
-        return [StagePeak(kind="end of clip-grad", components={
-                    "gradient casts": FP32 * params, "optimizer working set": FP32 * _vocabulary_params(model),
-                    "clip-grad's last sum": FP32 * embedding, **early}),
-                StagePeak(kind="optimizer step", components={
-                    "optimizer working set": 2 * FP32 * params, **early})]
-    moments = 2 * max(model.layer_param_list())
-    if model.compute_bytes != FP32 and embedding > moments:
-        finishing = {"clip-grad's last sum": FP32 * embedding}
-    else:
-        finishing = {"update being finished": FP32 * moments}
-    return [StagePeak(kind="optimizer step", components={
-        "optimizer working set": 2 * FP32 * params, **finishing, **early})]
 
 
-def _clip_ends_first(model: ModelSpec) -> bool:
-    """Whether clip-grad's last sum is freed before the updates' second tensors are made (float16
-    parameters with float32 RmsNorm weights); observed in traces, not derived (`_optimizer_steps`)."""
-    return model.param_bytes == 2 and model.layernorm_bytes == FP32

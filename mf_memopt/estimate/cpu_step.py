@@ -1,0 +1,118 @@
+"""What every family's CPU training step holds the same way: gradients, AdamW's phases, its early decay.
+
+MindSpore 2.9's CPU backend, under the launcher's CPU step (`runtime/cpu_wrapper.py`): the optimizer runs
+after the whole backward pass, as graph ops. These terms depend on the parameters (`ModelSpec.layer_param_list`
+says how a family lays them out) and the dtypes, not on how a decoder layer computes; each family's
+`cpu_checkpoints` adds them to its own moments of the step. Read off the memory-pool traces named below.
+"""
+
+from __future__ import annotations
+
+from .effects import LayerEffect, TensorFate
+from .inventory import FP32
+from .memory import StagePeak
+from .spec import ModelSpec
+
+# MindFormers' AdamW starts each update with param * (1 - lr * weight_decay), which reads only the
+# parameter and the learning rate. The runtime computes it for the embedding and lm_head as soon
+# as the step starts and holds it to the end (memory-pool traces of s01, s08, s21, s26, p8).
+EARLY_VOCABULARY = "decayed vocabulary parameters (AdamW, computed early)"
+
+
+def float32_model(model: ModelSpec) -> bool:
+    return model.param_bytes == FP32 and model.compute_bytes == FP32
+
+
+def vocabulary_params(model: ModelSpec) -> int:
+    return model.vocab * model.hidden * (1 if model.tie_embeddings else 2)
+
+
+def held_in_backward(effect: LayerEffect, prefixes: tuple[str, ...] = ("",)) -> int:
+    """A layer's tensors during its backward: kept ones as kept, rebuilt ones at their rebuilt size."""
+    return sum(held_bytes(item) for item in effect.tensors if item.saved.path.startswith(prefixes))
+
+
+def held_bytes(item: TensorFate) -> int:
+    if item.fate == "recomputed" and item.saved.rebuilt_nbytes is not None:
+        return item.saved.rebuilt_nbytes
+    return item.saved.nbytes
+
+
+def rebuilds(effect: LayerEffect, *prefixes: str) -> bool:
+    """Whether the layer's recompute rebuilds some tensor whose path starts with one of `prefixes`."""
+    return any(item.fate == "recomputed" and item.saved.path.startswith(prefixes) for item in effect.tensors)
+
+
+def gradients_after(model: ModelSpec, index: int, layers: int) -> int:
+    """Gradients held when layer `index`'s backward starts: later layers, lm_head, final norm."""
+    h, p = model.hidden, model.gradient_bytes
+    norm = p if model.clip_grad else model.layernorm_bytes
+    per_layer = p * (model.layer_params - 2 * h) + norm * 2 * h
+    return (layers - 1 - index) * per_layer + p * model.vocab * h + norm * h
+
+
+def gradient_set(model: ModelSpec, layers: int) -> int:
+    """Bytes of one gradient per parameter (the parameter's dtype; the RmsNorm weights in L)."""
+    h, p, norm = model.hidden, model.param_bytes, model.layernorm_bytes
+    per_layer = p * (model.layer_params - 2 * h) + norm * 2 * h
+    return layers * per_layer + 2 * p * model.vocab * h + norm * h
+
+
+def optimizer_steps(model: ModelSpec, layers: int, early: dict[str, int]) -> list[StagePeak]:
+    """MindFormers' AdamW as graph ops, after clip-grad and the overflow select.
+
+    Float32 models: the step replaces the gradients by zeros on overflow
+    (`select(overflow, zeros_like(g), g)`): by the time the optimizer runs, a zero tensor of every
+    gradient's shape exists too. Every parameter's update returns a new parameter-sized tensor,
+    held until the whole optimizer has run, while the gradients not yet used are still held: one
+    gradient set in all. Each update computes the new moments and the step in float32: three
+    temporaries of the largest parameter.
+
+    Other dtype settings: the runtime runs the updates side by side, one op of every parameter
+    after another, so at the peak each parameter has two float32 tensors alive (its clipped or
+    cast gradient and the first product of the moment update), whatever the parameter dtype. The
+    embedding's and lm_head's decayed copies made at the start of the step are still held.
+    Where the two float32 tensors of every parameter come relative to the end of clip-grad
+    depends on the parameter dtypes (`clip_ends_first`):
+
+    * the updates first (every setting but the one below): when clip-grad's last sum, a float32
+      tensor of the embedding's size, is made, every parameter already has its two tensors. Or,
+      without float16 compute, the parameter being finished holds float32 copies of its two
+      moments (TensorMove) on top (traces of s19, s21, s25, t10).
+    * clip-grad first (float16 parameters with float32 RmsNorm weights, MindFormers' default):
+      when clip-grad's last sum is made, every parameter has one float32 tensor (its gradient
+      cast), the embedding and lm_head two; the second tensor of the others comes after the sum is
+      freed. Two checkpoints, then: the end of clip-grad and the updates (traces of s01, s26, s27,
+      q07, t14).
+      The same shapes with float16 RmsNorm weights measure like the first order (q07: 607 MiB,
+      654 MiB with float16 norms; t10: 131 MiB, 120 MiB with float32 norms).
+    """
+    if float32_model(model):
+        largest = max([*model.layer_param_list(), model.vocab * model.hidden])
+        gradients = gradient_set(model, layers)
+        return [StagePeak(kind="optimizer step", components={
+            "gradients": gradients, "zeros of the overflow select": gradients,
+            "optimizer outputs": 3 * FP32 * largest})]
+    params = layers * model.layer_params + model.hidden + vocabulary_params(model)
+    embedding = model.vocab * model.hidden
+    if clip_ends_first(model):
+        return [StagePeak(kind="end of clip-grad", components={
+                    "gradient casts": FP32 * params, "optimizer working set": FP32 * vocabulary_params(model),
+                    "clip-grad's last sum": FP32 * embedding, **early}),
+                StagePeak(kind="optimizer step", components={
+                    "optimizer working set": 2 * FP32 * params, **early})]
+    moments = 2 * max(model.layer_param_list())
+    if model.compute_bytes != FP32 and embedding > moments:
+        finishing = {"clip-grad's last sum": FP32 * embedding}
+    else:
+        finishing = {"update being finished": FP32 * moments}
+    return [StagePeak(kind="optimizer step", components={
+        "optimizer working set": 2 * FP32 * params, **finishing, **early})]
+
+
+def clip_ends_first(model: ModelSpec) -> bool:
+    """Whether clip-grad's last sum is freed before the updates' second tensors are made (float16
+    parameters with float32 RmsNorm weights); observed in traces, not derived (`optimizer_steps`)."""
+    return model.param_bytes == 2 and model.layernorm_bytes == FP32
+
+
