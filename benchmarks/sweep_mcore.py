@@ -19,6 +19,7 @@ shapes: the first of each pair is in the `build` half, the second in the `held-o
 
     python benchmarks/sweep_mcore.py list
     python benchmarks/sweep_mcore.py measure [--only NAME ...] [--exact]
+    python benchmarks/sweep_mcore.py compare [--half build|held-out]
 
 Peaks go to `benchmarks/data/sweep_mcore_peaks.json` (see `sweep.py` for the reading of a printed peak).
 """
@@ -38,7 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.step_forms import FORMS  # noqa: E402
-from benchmarks.sweep import record_peaks  # noqa: E402
+from benchmarks.sweep import _estimate, _load, _summary, measured_reference, record_peaks  # noqa: E402
 
 BASE_CONFIG = REPO / "configs" / "qwen3_tiny.yaml"
 DATA = REPO / "benchmarks" / "data" / "sweep_mcore_peaks.json"
@@ -145,6 +146,44 @@ def _affordable(model: dict[str, Any]) -> bool:
     return gflop <= MAX_TRAIN_GFLOP and activations + 3 * params <= MAX_FP32_PEAK and s * b <= 2048
 
 
+def compare(halves: list[str]) -> float:
+    """Print `estimate --runtime cpu` against the recorded peaks of `halves`; return the worst held-out error."""
+    import tempfile
+
+    from benchmarks.common import print_table
+
+    data = _load(DATA)
+    measured = {entry["name"]: entry for entry in data.get("configs", [])}
+    rows, errors = [], {half: [] for half in halves}
+    with tempfile.TemporaryDirectory(prefix="mf_memopt_sweep_") as tmp:
+        for config in generate():
+            entry = measured.get(config.name)
+            if config.half not in halves:
+                continue
+            m = config.model
+            shape = [config.name, config.half, config.architecture, str(m["num_hidden_layers"]), str(m["hidden_size"]),
+                     f"{m['num_attention_heads']}x{m['head_dim']}/{m['num_key_value_heads']}", str(m["seq_length"]),
+                     str(m["batch_size"]), str(m["vocab_size"]), str(m["intermediate_size"]), config.dtype,
+                     f"{config.recompute}; {config.step}"]
+            if entry is None or "measured_mib" not in entry:
+                rows.append(shape + ["-", "-", entry.get("error", "not measured")[:60] if entry else "not measured",
+                                     ""])
+                continue
+            estimated, term = _estimate(config.write(Path(tmp) / f"{config.name}.yaml"))
+            reference = measured_reference(entry)
+            error = (estimated - reference) / reference
+            errors[config.half].append(abs(error))
+            rows.append(shape + [f"{reference:.2f}", f"{estimated:.2f}", f"{error:+.1%}", term])
+    print_table(f"(e2) mcore sweep: estimate --runtime cpu against the measured memory-pool peak (MiB, to the byte); "
+                f"data {DATA.relative_to(REPO)} (MindSpore {data.get('mindspore')}, launcher {data.get('launcher')})",
+                ("config", "half", "model", "layers", "h", "heads x d/kv", "s", "b", "v", "f", "dtypes",
+                 "recompute; step", "measured", "estimated", "error", "estimated peak at"), rows)
+    for half, values in errors.items():
+        if values:
+            print(_summary(half, values))
+    return max(errors.get("held-out", []), default=float("nan"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -152,11 +191,15 @@ def main(argv: list[str] | None = None) -> int:
     run = commands.add_parser("measure", help="train every config one step and record its pool peak")
     run.add_argument("--only", nargs="*", help="config names (c00, c01, ...) to measure")
     run.add_argument("--exact", action="store_true", help="also replay the allocation log for the peak to the byte")
+    against = commands.add_parser("compare", help="the estimator against the recorded peaks")
+    against.add_argument("--half", nargs="+", choices=("build", "held-out"), default=["build", "held-out"])
     args = parser.parse_args(argv)
     if args.command == "list":
         for config in generate():
             print(config.name, config.half, config.architecture, config.dtype, "|", config.recompute, "|",
                   config.step, "|", config.model)
+    elif args.command == "compare":
+        compare(args.half)
     else:
         record_peaks(generate(), DATA, only=args.only, exact=args.exact,
                      command="python benchmarks/sweep_mcore.py measure --exact")
