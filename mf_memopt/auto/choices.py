@@ -114,7 +114,8 @@ def footprints(choices: tuple[Choice, ...], inventory: list[Saved], ops: list[Op
     """Each choice's effect on a layer (all layers of a model have the same tensors)."""
     prints = []
     for choice in choices:
-        effect = layer_effect(choice.layer_plan(0, 0, 0), inventory, ops, family.cell_outputs)
+        effect = layer_effect(choice.layer_plan(0, 0, 0), inventory, ops, family.cell_outputs,
+                              family.primitive_recompute)
         rebuilt = any(item.fate == "recomputed" and item.saved.path.startswith(family.auto_cells.attention_prefix)
                       for item in effect.tensors)
         prints.append(Footprint(choice=choice, effect=effect, attention_rebuilt=rebuilt))

@@ -126,8 +126,9 @@ def _estimate(plan: Plan, model: ModelSpec, parallel: ParallelSpec, optimizer: O
     inventory, ops = family.inventory(model, parallel, runtime), family.layer_ops(model, parallel)
     element_bytes = 4 if runtime == "cpu" else model.compute_bytes
     compression = family.compression if any(layer.op_compress for layer in plan.layers) else None
-    effects = [compress_effect(layer, layer_effect(layer, inventory, ops, family.cell_outputs), compression,
-                               element_bytes, model) for layer in plan.layers]
+    effects = [compress_effect(layer, layer_effect(layer, inventory, ops, family.cell_outputs,
+                                                   family.primitive_recompute), compression, element_bytes, model)
+               for layer in plan.layers]
     forward_flops = sum(op.flops for op in ops)
     layers, stages = [], []
     for stage in range(plan.layout.stages):

@@ -8,6 +8,9 @@ says how a family lays them out) and the dtypes, not on how a decoder layer comp
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from .effects import LayerEffect, TensorFate
 from .inventory import FP32
 from .memory import StagePeak
@@ -52,10 +55,11 @@ def gradients_after(model: ModelSpec, index: int, layers: int) -> int:
 
 
 def gradient_set(model: ModelSpec, layers: int) -> int:
-    """Bytes of one gradient per parameter (the parameter's dtype; the RmsNorm weights in L)."""
+    """Bytes of one gradient per parameter (the parameter's dtype; the RmsNorm weights in L). Tied embeddings
+    are one matrix (memory-pool trace of the mcore sweep's c30)."""
     h, p, norm = model.hidden, model.param_bytes, model.layernorm_bytes
     per_layer = p * (model.layer_params - 2 * h) + norm * 2 * h
-    return layers * per_layer + 2 * p * model.vocab * h + norm * h
+    return layers * per_layer + p * vocabulary_params(model) + norm * h
 
 
 def optimizer_steps(model: ModelSpec, layers: int, early: dict[str, int]) -> list[StagePeak]:
@@ -116,3 +120,79 @@ def clip_ends_first(model: ModelSpec) -> bool:
     return model.param_bytes == 2 and model.layernorm_bytes == FP32
 
 
+@dataclass(frozen=True, slots=True)
+class WeightCopies:
+    """Copies of the Linear weights that MatMul needs on CPU (it has no float16 kernel).
+
+    A cast whose input is a parameter runs as soon as the step starts (nothing else holds it
+    back); each copy lives until the MatMul that reads it. Per Linear weight of n elements:
+
+    * compute float16, param_init_type float16: a float32 copy for the forward's x @ W, one
+      for the backward's dy @ W, and one for the forward run again by a recompute;
+    * compute float16, param_init_type float32: the model casts W to float16 and MatMul casts
+      that to float32: the forward's copy is made at the start; the backward's too, unless the
+      Linear is recomputed (then its float16 cast is recomputed and the copy made late);
+    * compute float32, param_init_type float16: the model's own float32 cast serves the
+      forward and the backward, held until the backward (until the forward if recomputed);
+    * float32 throughout: no cast, but a copy of the parameter itself (TensorMove), because the
+      backward reads the parameter after the optimizer may have assigned it; held until the
+      layer's backward (lm_head's until its backward);
+    * a recomputed Linear with a cast: also a TensorMove copy of the parameter, in its dtype,
+      until the layer's backward (the recompute casts it again).
+    Which matmuls a recompute runs again is the family's to say (`rerun`): a recompute re-runs only
+    what some backward op reads.
+    """
+
+    forward_total: int
+    backward: tuple[int, ...]    # per decoder layer: held until that layer's backward
+    lm_head: int                 # held until the start of the backward
+    late: tuple[int, ...] = ()   # per decoder layer: made during its backward (recomputed casts), one at a time
+
+    @property
+    def backward_total(self) -> int:
+        return sum(self.backward) + self.lm_head
+
+
+def weight_copies(model: ModelSpec, effects: list[LayerEffect], sizes: dict[str, int],
+                  rerun: Callable[[str, LayerEffect], bool]) -> WeightCopies:
+    """The copies of every Linear weight (`sizes`: its matmul's path -> elements) and of the lm_head; `rerun`
+    says whether a layer's backward runs a matmul again."""
+    forward, backward, late = 0, [], []
+    for effect in effects:
+        held = made = 0
+        for path, size in sizes.items():
+            again = rerun(path, effect)
+            # the model's own weight cast is inside the Linear: a recompute scope holding the Linear
+            # casts the weight again for the backward even where the matmul is not run again
+            recast = model.weight_cast and (again or path in effect.recompute_scoped)
+            to_forward, to_backward = copy_bytes(model, again or recast)
+            forward += to_forward * size
+            held += to_backward * size
+            if recast:
+                # the recompute casts the parameter again, after the optimizer may have assigned it:
+                # the runtime keeps a copy (TensorMove) from the start (traces of m02, p5, q05, s19,
+                # t13); a matmul run again holds its new cast through the layer's backward, w2's and
+                # wo's is read by their one backward matmul and freed
+                held += model.param_bytes * size
+                made += FP32 * size if again else 0
+        if float32_model(model):
+            held += FP32 * model.layer_params
+        backward.append(held)
+        late.append(made)
+    head_forward, head_backward = copy_bytes(model, False)
+    if float32_model(model):
+        head_backward = FP32        # lm_head's TensorMove, held until lm_head's backward (traces of k01, k15)
+    head = model.vocab * model.hidden
+    return WeightCopies(forward_total=forward + head_forward * head, backward=tuple(backward),
+                        lm_head=head_backward * head, late=tuple(late))
+
+
+def copy_bytes(model: ModelSpec, recomputed: bool) -> tuple[int, int]:
+    """Bytes per weight element held until the forward and until the backward."""
+    if model.compute_bytes == 2 and not model.weight_cast:
+        return FP32, FP32 * (2 if recomputed else 1)
+    if model.compute_bytes == 2:
+        return FP32, 0 if recomputed else FP32
+    if model.weight_cast:
+        return (FP32, 0) if recomputed else (0, FP32)
+    return 0, 0

@@ -7,10 +7,15 @@ an enclosing cell, one with as many names the primitive itself.
 * Full recompute: every tensor except the layer's output (a cell's output is never
   recomputed) is rebuilt in the backward; the layer's forward FLOPs are paid again.
 * Select recompute of a cell: the tensors produced inside it are rebuilt, its FLOPs paid
-  again. Select recompute of a single primitive is counted as saving nothing: MindSpore 2.9
-  inserts no recompute copy for such primitives (their consumers' inputs stay alive), which
-  `python -m mf_memopt verify` shows on the compiled graph.
+  again. Select recompute of a single primitive is counted as saving nothing in the legacy
+  Llama: MindSpore 2.9 inserts no recompute copy for such primitives there (their consumers'
+  inputs stay alive), which `python -m mf_memopt verify` shows on the compiled graph. In an
+  mcore layer it does (the SiLU output of `mlp.activation_func.silu` is freed, memory-pool
+  traces of the mcore sweep), so that family rebuilds a named primitive's output
+  (`ModelFamily.primitive_recompute`); an operator the backward runs early is not rebuilt.
 * An exclusion naming a primitive keeps its tensor even inside a recomputed cell.
+* A tensor that a cell with its own backward holds (`never_recomputed`: the CPU attention stand-in
+  of mcore models) is kept whatever recomputes it.
 * A layer whose norm casts its input (the layernorm dtype differs from the compute dtype)
   keeps the cast copy, not its input; under full recompute it keeps the input instead (the
   recompute starts from it), so that tensor exists only then.
@@ -70,10 +75,12 @@ def _named(pattern: str, path: str) -> Literal["cell", "primitive"] | None:
 
 
 def layer_effect(plan: LayerPlan, inventory: list[Saved], ops: list[Op],
-                 cell_outputs: frozenset[str] = frozenset()) -> LayerEffect:
+                 cell_outputs: frozenset[str] = frozenset(), primitive_recompute: bool = False) -> LayerEffect:
     """The layer's tensors under its plan; `cell_outputs` are the operators whose output is their recomputed
-    cell's output (kept, not recomputed): they run again only under full recompute of the layer."""
-    recomputed_by, notes = _recompute_rules(plan, inventory)
+    cell's output (kept, not recomputed): they run again only under full recompute of the layer.
+    `primitive_recompute`: a select pattern naming a primitive rebuilds that primitive's output (the
+    family's model gets MindSpore's recompute copy for it), else it is counted as saving nothing."""
+    recomputed_by, notes = _recompute_rules(plan, inventory, primitive_recompute)
 
     def in_recomputed_cell(path: str) -> bool:
         return plan.full_recompute is not None or any(_named(use.pattern, path) == "cell"
@@ -85,7 +92,7 @@ def layer_effect(plan: LayerPlan, inventory: list[Saved], ops: list[Op],
             if plan.full_recompute is not None:
                 fates.append(TensorFate(saved=saved, fate="kept", rule=plan.full_recompute.key))
             continue
-        rule = recomputed_by(saved.path, saved.output_of)
+        rule = None if saved.never_recomputed else recomputed_by(saved.path, saved.output_of, saved.cpu_only)
         if rule is None and saved.rebuilt_nbytes is not None and (
                 in_recomputed_cell(saved.path) or (saved.read_by and recomputed_by(saved.read_by))):
             # read by a recomputed matmul, or excluded inside a recomputed cell: the backward's
@@ -109,26 +116,28 @@ def layer_effect(plan: LayerPlan, inventory: list[Saved], ops: list[Op],
                        recomputed_ops=rerun, recompute_scoped=scoped)
 
 
-def _recompute_rules(plan: LayerPlan, inventory: list[Saved]):
+def _recompute_rules(plan: LayerPlan, inventory: list[Saved], primitive_recompute: bool = False):
     """A function path -> the rule that recomputes that operator's output (or None), and notes."""
     notes = []
     cells = []
+    named = {"cell", "primitive"} if primitive_recompute else {"cell"}
     for use in plan.select_recompute:
         kinds = {_named(use.pattern, saved.path) for saved in inventory} - {None}
-        if kinds == {"primitive"}:
+        if kinds == {"primitive"} and not primitive_recompute:
             notes.append(f"select recompute `{use.pattern}` names primitives: MindSpore makes no recompute copy of "
                          "them in this model, so they are counted as kept (check with `mf_memopt verify`)")
         cells.append(use)
     excluded = [use.pattern for use in plan.select_recompute_exclude]
 
-    def recomputed_by(path: str, output_of: str | None = None) -> str | None:
+    def recomputed_by(path: str, output_of: str | None = None, early: bool = False) -> str | None:
         if any(_named(pattern, path) == "primitive" for pattern in excluded):
             return None
         if plan.full_recompute is not None:
             return plan.full_recompute.key
         # a recomputed cell's output is kept: the next operator's backward reads it (memory-pool trace
         # of configs/recompute_select_patterns.yaml: the MLP's gate cell recomputed, its SiLU output kept)
-        return next((use.origin.key for use in cells if _named(use.pattern, path) == "cell"
+        return next((use.origin.key for use in cells if _named(use.pattern, path) in (named - {"primitive"} if early
+                                                                               else named)
                      and not (output_of and _named(use.pattern, output_of) == "primitive")), None)
 
     return recomputed_by, notes

@@ -33,6 +33,7 @@ class Saved:
     output_of: str | None = None  # the cell whose output it is: a select rule naming that cell keeps it
     role: str | None = None     # a stable id of what it is (`ROLES`), for rules that must not parse `what`
     copies: int = 1             # copies of one tensor in `nbytes` (a float32 copy per reader on CPU)
+    never_recomputed: bool = False  # kept whatever the recompute: a cell with its own backward holds it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

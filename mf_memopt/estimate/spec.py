@@ -49,11 +49,12 @@ class ModelSpec:
     roles: tuple[tuple[str, str], ...] = ()   # (role, dtype name): see DTYPE_ROLES
     head_size: int = 0          # the width of one attention head when the model sets it (mcore head_dim)
     qk_norm: bool = False       # an RMSNorm of queries and keys per head (Qwen3): 2 * head_dim weights a layer
+    fused_linears: bool = False  # q, k and v in one Linear, and the MLP's gate and up in one (mcore)
 
     def to_dict(self) -> dict:
         result = asdict(self)
         del result["roles"]
-        for key, default in (("head_size", 0), ("qk_norm", False)):   # only where a family sets them
+        for key, default in (("head_size", 0), ("qk_norm", False), ("fused_linears", False)):  # a family sets them
             if result[key] == default:
                 del result[key]
         return result
@@ -96,9 +97,12 @@ class ModelSpec:
 
     def layer_param_list(self) -> list[int]:
         """Parameters of one decoder layer in optimizer order: the attention's query, key, value and output
-        projections, the MLP's gate, down and up projections, the two norms."""
+        projections, the MLP's gate, down and up projections, the two norms. With `fused_linears`: the fused
+        query-key-value and output projections, the fused gate-up and down projections, the norms."""
         d, h, f = self.head_dim, self.hidden, self.ffn
         norms = [h, h, d, d] if self.qk_norm else [h, h]
+        if self.fused_linears:
+            return [h * (self.heads + 2 * self.kv_heads) * d, self.heads * d * h, 2 * h * f, f * h, *norms]
         return [h * self.heads * d, h * self.kv_heads * d, h * self.kv_heads * d, self.heads * d * h,
                 h * f, f * h, h * f, *norms]
 

@@ -140,6 +140,7 @@ class ModelFamily:
     memory_modelled = True                     # the estimate models this family's layers (`inventory`, ...)
     dataset_columns: tuple[str, ...] = ("input_ids",)   # the columns of a generated dataset (`runtime/data.py`)
     cell_outputs: frozenset[str] = frozenset()   # operators whose output is their recomputed cell's output
+    primitive_recompute = False                  # a select pattern naming a primitive rebuilds its output
     cpu_measured_on: dict[str, str] = {}         # the versions the CPU memory model was read off (`estimate.versions`)
 
     def cpu_checkpoints(self, model: Any, effects: list[Any]) -> list[Any]:

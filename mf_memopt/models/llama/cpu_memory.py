@@ -23,17 +23,16 @@ P counts every parameter; p_layer is the largest decoder-layer weight.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ...estimate.cpu_step import (
     EARLY_VOCABULARY,
-    float32_model,
+    WeightCopies,
     gradients_after,
     held_bytes,
     held_in_backward,
     optimizer_steps,
     rebuilds,
     vocabulary_params,
+    weight_copies,
 )
 from ...estimate.effects import LayerEffect
 from ...estimate.inventory import FP32, dims
@@ -46,7 +45,7 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
     """Every moment `cpu_pool_peak` compares; per-layer ones carry their layer."""
     kept = [effect.bytes() - effect.bytes("recomputed") for effect in effects]  # nothing is swapped on CPU
     tables = _cpu_tables(model, effects)
-    copies = _weight_copies(model, effects)
+    copies = weight_copies(model, effects, dict(zip(_LINEAR_OPS, model.layer_param_list())), _rerun)
     candidates = [
         StagePeak(kind="first attention of the forward (weight copies made)", components={
             "weight copies": copies.forward_total + copies.backward_total, "model-level tensors": tables,
@@ -140,70 +139,6 @@ def _held_in_mlp_backward(effect: LayerEffect) -> int:
                if not (item.fate == "recomputed" and item.saved.path.startswith("attention.")))
 
 
-@dataclass(frozen=True, slots=True)
-class WeightCopies:
-    """Copies of the Linear weights that MatMul needs on CPU (it has no float16 kernel).
-
-    A cast whose input is a parameter runs as soon as the step starts (nothing else holds it
-    back); each copy lives until the MatMul that reads it. Per Linear weight of n elements:
-
-    * compute float16, param_init_type float16: a float32 copy for the forward's x @ W, one
-      for the backward's dy @ W, and one for the forward run again by a recompute;
-    * compute float16, param_init_type float32: the model casts W to float16 and MatMul casts
-      that to float32: the forward's copy is made at the start; the backward's too, unless the
-      Linear is recomputed (then its float16 cast is recomputed and the copy made late);
-    * compute float32, param_init_type float16: the model's own float32 cast serves the
-      forward and the backward, held until the backward (until the forward if recomputed);
-    * float32 throughout: no cast, but a copy of the parameter itself (TensorMove), because the
-      backward reads the parameter after the optimizer may have assigned it; held until the
-      layer's backward (lm_head's until its backward);
-    * a recomputed Linear with a cast: also a TensorMove copy of the parameter, in its dtype,
-      until the layer's backward (the recompute casts it again).
-    Recompute re-runs neither w2 nor, unless ffn_norm is rebuilt too, wo (`_rerun`).
-    """
-
-    forward_total: int
-    backward: tuple[int, ...]    # per decoder layer: held until that layer's backward
-    lm_head: int                 # held until the start of the backward
-    late: tuple[int, ...] = ()   # per decoder layer: made during its backward (recomputed casts), one at a time
-
-    @property
-    def backward_total(self) -> int:
-        return sum(self.backward) + self.lm_head
-
-
-def _weight_copies(model: ModelSpec, effects: list[LayerEffect]) -> WeightCopies:
-    sizes = dict(zip(_LINEAR_OPS, model.layer_param_list()))
-    forward, backward, late = 0, [], []
-    for effect in effects:
-        held = made = 0
-        for path, size in sizes.items():
-            rerun = _rerun(path, effect)
-            # the model's own weight cast is inside the Linear: a recompute scope holding the Linear
-            # casts the weight again for the backward even where the matmul is not run again
-            recast = model.weight_cast and (rerun or path in effect.recompute_scoped)
-            to_forward, to_backward = _copy_bytes(model, rerun or recast)
-            forward += to_forward * size
-            held += to_backward * size
-            if recast:
-                # the recompute casts the parameter again, after the optimizer may have assigned it:
-                # the runtime keeps a copy (TensorMove) from the start (traces of m02, p5, q05, s19,
-                # t13); a matmul run again holds its new cast through the layer's backward, w2's and
-                # wo's is read by their one backward matmul and freed
-                held += model.param_bytes * size
-                made += FP32 * size if rerun else 0
-        if float32_model(model):
-            held += FP32 * model.layer_params
-        backward.append(held)
-        late.append(made)
-    head_forward, head_backward = _copy_bytes(model, False)
-    if float32_model(model):
-        head_backward = FP32        # lm_head's TensorMove, held until lm_head's backward (traces of k01, k15)
-    head = model.vocab * model.hidden
-    return WeightCopies(forward_total=forward + head_forward * head, backward=tuple(backward),
-                        lm_head=head_backward * head, late=tuple(late))
-
-
 def _rerun(path: str, effect: LayerEffect) -> bool:
     """Whether the backward runs this Linear again. A recompute re-runs only what some backward op
     reads: w2's output feeds only the residual add, so w2 never runs again; wo's output is read
@@ -214,17 +149,6 @@ def _rerun(path: str, effect: LayerEffect) -> bool:
     if path == "attention.wo.matmul":
         return rebuilds(effect, "ffn_norm.")
     return True
-
-
-def _copy_bytes(model: ModelSpec, recomputed: bool) -> tuple[int, int]:
-    """Bytes per weight element held until the forward and until the backward."""
-    if model.compute_bytes == 2 and not model.weight_cast:
-        return FP32, FP32 * (2 if recomputed else 1)
-    if model.compute_bytes == 2:
-        return FP32, 0 if recomputed else FP32
-    if model.weight_cast:
-        return (FP32, 0) if recomputed else (0, FP32)
-    return 0, 0
 
 
 _LINEAR_OPS = ("attention.wq.matmul", "attention.wk.matmul", "attention.wv.matmul", "attention.wo.matmul",

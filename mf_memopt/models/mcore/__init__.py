@@ -50,10 +50,8 @@ class McoreFamily(ModelFamily):
                            attention_prefix="self_attention.")
     ir_layer_scope = re.compile(r"layers-CellList/(\d+)-[^/]+/?(.*)$")
     cell_outputs = frozenset({"self_attention.linear_proj.matmul", "mlp.linear_fc2.matmul"})
+    primitive_recompute = True       # `mlp.activation_func.silu` alone frees the SiLU output (mcore sweep traces)
     cpu_measured_on = {"mindspore": "2.9.0", "mindformers": "1.9.0"}
-    # The memory of an mcore layer is not modelled until its inventory has been measured on held-out configs:
-    # the estimate does not price the model as something it is not.
-    memory_modelled = False
     dataset_columns = ("input_ids", "labels")    # the model does not shift: labels[t] is the token after t
 
     def view(self, source: Source) -> tuple[Source, list[ConfigIssue]]:
@@ -76,6 +74,21 @@ class McoreFamily(ModelFamily):
 
     def pattern_hint(self, pattern: str) -> str | None:
         return _PATTERN_HINTS.get(pattern)
+
+    def inventory(self, model: Any, parallel: Any, runtime: str) -> list[Any]:
+        from .inventory import layer_inventory
+
+        return layer_inventory(model, parallel, runtime)
+
+    def layer_ops(self, model: Any, parallel: Any) -> list[Any]:
+        from .inventory import layer_ops
+
+        return layer_ops(model, parallel)
+
+    def cpu_checkpoints(self, model: Any, effects: list[Any]) -> list[Any]:
+        from .cpu_memory import cpu_checkpoints
+
+        return cpu_checkpoints(model, effects)
 
     def default_note(self, pattern: str) -> str | None:
         if pattern == r"mlp\.mul":

@@ -53,4 +53,4 @@ def model_spec(source: Source, issues: list[ConfigIssue]) -> ModelSpec | None:
         softmax_bytes=DTYPE_BYTES[by_role["softmax"]], layernorm_bytes=DTYPE_BYTES[by_role["layernorm"]],
         rotary_bytes=DTYPE_BYTES[by_role["rotary"]], dtypes=tuple(sorted(dtypes.items())),
         roles=tuple(sorted(by_role.items())), flash_attention=True, tie_embeddings=tied,
-        qk_norm=bool(model_value(view, "qk_layernorm")), clip_grad=step_form(view).clip_grad)
+        qk_norm=bool(model_value(view, "qk_layernorm")), clip_grad=step_form(view).clip_grad, fused_linears=True)

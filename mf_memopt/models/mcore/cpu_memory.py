@@ -1,0 +1,129 @@
+"""The memory-pool peak of an mcore training step on MindSpore 2.9's CPU backend (mf_memopt's CPU step).
+
+The same runtime as the legacy Llama's (`models/llama/cpu_memory.py`), so nearly the same moments:
+the last layer's MLP in the forward (the float16 weight casts are made just before their matmul, not
+at the start of the step), the end of the forward (the loss), the backward of each layer, and the
+optimizer (`estimate/cpu_step.py`). What differs is the layer
+(`inventory.py`), the fused linears (linear_qkv, linear_fc1), and the model-level tensors, read off
+the allocation logs of float32 and float16-compute Qwen3 and TeleChat3 layers:
+
+* the loss holds five b*s*v tensors (the one-hot labels as int32, the float32 logits' cast, the
+  log-softmax's difference, its exponential and the product); the first two exist during the
+  forward already (they read only the labels);
+* the attention mask exists once, as b*n*s*s float32 and as b*n*s*s booleans (the stand-in's
+  broadcast), and the causal mask as b*s*s bytes and s*s booleans;
+* the cos/sin tables (s x head_dim, float32);
+* the final norm keeps x*rstd, its output and the early 2*x; the embedding output is kept as the
+  first norm's input (float32 compute).
+"""
+
+from __future__ import annotations
+
+from ...estimate.cpu_step import (
+    EARLY_VOCABULARY,
+    WeightCopies,
+    gradients_after,
+    held_bytes,
+    held_in_backward,
+    optimizer_steps,
+    rebuilds,
+    vocabulary_params,
+    weight_copies,
+)
+from ...estimate.effects import LayerEffect
+from ...estimate.inventory import FP32, dims
+from ...estimate.memory import StagePeak
+from ...estimate.spec import ModelSpec, ParallelSpec
+
+_QKV, _PROJ = "self_attention.linear_qkv.matmul", "self_attention.linear_proj.matmul"
+_FC1, _FC2 = "mlp.linear_fc1.matmul", "mlp.linear_fc2.matmul"
+_ATTENTION = ("self_attention.", "input_layernorm.")
+
+
+def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StagePeak]:
+    """Every moment `cpu_pool_peak` compares; per-layer ones carry their layer."""
+    kept = [effect.bytes() - effect.bytes("recomputed") for effect in effects]  # nothing is swapped on CPU
+    tables = _tables(model)
+    copies = _weight_copies(model, effects)
+    dim = dims(model, ParallelSpec())
+    last = len(effects) - 1
+    candidates = [
+        StagePeak(kind="forward of the MLP", layer=last, components={
+            "activations kept": sum(kept[:last]) + _kept_before_mlp(effects[last]),
+            "weight copies": copies.backward_total + _forward_casts(model),
+            "model-level tensors": _forward_model_level(model) - 3 * FP32 * dim.bsh_full + tables,
+            "loss tensors": 2 * FP32 * model.batch * model.seq * model.vocab,
+            "layer working set": FP32 * 2 * dim.bsf + (FP32 * dim.bsh_full if model.compute_bytes != FP32 else 0)}),
+        StagePeak(kind="end of the forward (loss)", components={
+            "activations kept": sum(kept), "weight copies": copies.backward_total,
+            "model-level tensors": _forward_model_level(model) + tables,
+            "loss tensors": 5 * FP32 * model.batch * model.seq * model.vocab})]
+    for index in reversed(range(len(effects))):
+        candidates.append(StagePeak(kind="backward", layer=index, components={
+            "activations kept": sum(kept[:index]),
+            "weight copies": sum(copies.backward[:index + 1]),
+            "gradients so far": gradients_after(model, index, len(effects)),
+            "model-level tensors": 2 * FP32 * dim.bsh_full + tables,
+            "layer working set": _held_in_mlp_backward(effects[index]) + 2 * FP32 * dim.bsf + copies.late[index]
+                                 + effects[index].backward_extra}))
+    early = {EARLY_VOCABULARY: FP32 * vocabulary_params(model)}
+    candidates = [StagePeak(kind=candidate.kind, layer=candidate.layer, components={**candidate.components, **early})
+                  for candidate in candidates]
+    candidates.extend(optimizer_steps(model, len(effects), early))
+    return candidates
+
+
+def _weight_copies(model: ModelSpec, effects: list[LayerEffect]) -> WeightCopies:
+    qkv, proj, fc1, fc2, *_ = model.layer_param_list()
+    return weight_copies(model, effects, {_QKV: qkv, _PROJ: proj, _FC1: fc1, _FC2: fc2}, _rerun)
+
+
+def _rerun(path: str, effect: LayerEffect) -> bool:
+    """Whether the backward runs this Linear again: linear_fc2's output feeds only the residual add, so it never
+    runs again; linear_proj's only when the norm after the residual add is rebuilt too (as in the Llama)."""
+    if path not in effect.recomputed_ops or path == _FC2:
+        return False
+    if path == _PROJ:
+        return rebuilds(effect, "pre_mlp_layernorm.")
+    return True
+
+
+def _tables(model: ModelSpec) -> int:
+    """cos/sin tables, the attention masks (float32 and the stand-in's booleans), the causal mask, per-token
+    label masks."""
+    b, s, n = model.batch, model.seq, model.heads
+    return (2 * FP32 * s * model.head_dim + (FP32 + 1) * b * n * s * s + b * s * s + s * s
+            + 3 * FP32 * b * s)
+
+
+def _forward_model_level(model: ModelSpec) -> int:
+    """The embedding output (float32 compute) and the final norm's tensors at the loss."""
+    bsh = dims(model, ParallelSpec()).bsh_full
+    if model.compute_bytes == FP32:
+        return FP32 * bsh + 3 * FP32 * bsh          # embedding; x*rstd, output, early 2*x
+    return (3 * FP32 + model.compute_bytes + FP32) * bsh   # input cast, x*rstd, 2*x, output (c), its float32 copy
+
+
+def _kept_before_mlp(effect: LayerEffect) -> int:
+    """What a layer keeps before its MLP runs: everything but the MLP's own tensors and the layer output."""
+    return sum(item.saved.nbytes for item in effect.tensors if item.fate == "kept"
+               and not item.saved.path.startswith("mlp.") and not item.saved.kept_by_full_recompute)
+
+
+def _forward_casts(model: ModelSpec) -> int:
+    """The float32 casts a float16-compute layer makes of linear_fc1's and linear_fc2's weights for the forward's
+    matmuls, just before they run (not at the start of the step as in the Llama), and the output layer's, made
+    early."""
+    if model.compute_bytes == FP32:
+        return 0
+    _, _, fc1, fc2, *_ = model.layer_param_list()
+    return FP32 * (fc1 + fc2 + model.vocab * model.hidden)
+
+
+def _held_in_mlp_backward(effect: LayerEffect) -> int:
+    """A layer's tensors while its MLP backward runs: a recomputed attention is rebuilt after the MLP backward,
+    unless the recompute spans the whole layer (its norms are rebuilt too, at the start of the layer's backward)."""
+    if rebuilds(effect, "input_layernorm.", "pre_mlp_layernorm."):
+        return held_in_backward(effect)
+    return sum(held_bytes(item) for item in effect.tensors
+               if not (item.fate == "recomputed" and item.saved.path.startswith(_ATTENTION)))
