@@ -17,9 +17,9 @@ drawn and measured before any mcore inventory exists, so that the held-out half 
 Configs come in pairs with the same architecture, dtypes, recompute form and step form but different
 shapes: the first of each pair is in the `build` half, the second in the `held-out` half.
 
-    python benchmarks/sweep_mcore.py list
-    python benchmarks/sweep_mcore.py measure [--only NAME ...] [--exact]
-    python benchmarks/sweep_mcore.py compare [--half build|held-out]
+    python benchmarks/sweep_mcore.py list [--set fresh]
+    python benchmarks/sweep_mcore.py measure [--set fresh] [--only NAME ...] [--exact]
+    python benchmarks/sweep_mcore.py compare [--set fresh] [--half build|held-out]
 
 Peaks go to `benchmarks/data/sweep_mcore_peaks.json` (see `sweep.py` for the reading of a printed peak).
 """
@@ -45,6 +45,9 @@ BASE_CONFIG = REPO / "configs" / "qwen3_tiny.yaml"
 DATA = REPO / "benchmarks" / "data" / "sweep_mcore_peaks.json"
 SEED = 20261125
 PAIRS = 16
+# Held-out sets drawn after the estimator was compared with the sweep's held-out half: name -> (seed, name prefix,
+# shift of the recompute and step forms)
+FRESH_SETS = {"fresh": (20261127, "d", 3)}
 ARCHITECTURES = {"qwen3": {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "qk_layernorm": True},
                  "telechat3": {"model_type": "telechat3", "architectures": ["TeleChat3ForCausalLM"],
                                "qk_layernorm": False}}
@@ -103,8 +106,11 @@ class McoreConfig:
         return path
 
 
-def generate() -> list[McoreConfig]:
-    """The 32 configs: 16 pairs, each a build config and a held-out config of the same kind."""
+def generate(which: str = "sweep") -> list[McoreConfig]:
+    """The 32 configs: 16 pairs, each a build config and a held-out config of the same kind; or a later held-out
+    set of 16 (`FRESH_SETS`)."""
+    if which in FRESH_SETS:
+        return _fresh(which)
     rng = random.Random(SEED)
     architectures, dtypes, forms, steps = list(ARCHITECTURES), list(DTYPES), list(RECOMPUTE), list(FORMS)
     configs = []
@@ -115,6 +121,22 @@ def generate() -> list[McoreConfig]:
         for half in ("build", "held-out"):
             configs.append(McoreConfig(name=f"c{len(configs):02d}", half=half, model=_shape(rng), **kind))
     return configs
+
+
+def _fresh(which: str) -> list[McoreConfig]:
+    """16 held-out configs from the set's own seed; the kinds are paired as in the sweep, shifted by `shift`
+    recompute forms, so each architecture and dtype setting meets other recompute and step forms."""
+    seed, prefix, shift = FRESH_SETS[which]
+    rng = random.Random(seed)
+    architectures, dtypes, forms, steps = list(ARCHITECTURES), list(DTYPES), list(RECOMPUTE), list(FORMS)
+    return [McoreConfig(name=f"{prefix}{index:02d}", half=which, architecture=architectures[(index // 2) % 2],
+                        dtype=dtypes[index % 2], recompute=forms[(index + shift) % len(forms)],
+                        step=steps[(index + shift) % len(steps)], model=_shape(rng))
+            for index in range(PAIRS)]
+
+
+def data_file(which: str) -> Path:
+    return DATA if which == "sweep" else REPO / "benchmarks" / "data" / f"sweep_mcore_{which}_peaks.json"
 
 
 def _shape(rng: random.Random) -> dict[str, Any]:
@@ -146,17 +168,19 @@ def _affordable(model: dict[str, Any]) -> bool:
     return gflop <= MAX_TRAIN_GFLOP and activations + 3 * params <= MAX_FP32_PEAK and s * b <= 2048
 
 
-def compare(halves: list[str]) -> float:
+def compare(halves: list[str], which: str = "sweep") -> float:
     """Print `estimate --runtime cpu` against the recorded peaks of `halves`; return the worst held-out error."""
     import tempfile
 
     from benchmarks.common import print_table
 
-    data = _load(DATA)
+    path = data_file(which)
+    data = _load(path)
     measured = {entry["name"]: entry for entry in data.get("configs", [])}
+    halves = [which] if which != "sweep" else halves
     rows, errors = [], {half: [] for half in halves}
     with tempfile.TemporaryDirectory(prefix="mf_memopt_sweep_") as tmp:
-        for config in generate():
+        for config in generate(which):
             entry = measured.get(config.name)
             if config.half not in halves:
                 continue
@@ -175,34 +199,38 @@ def compare(halves: list[str]) -> float:
             errors[config.half].append(abs(error))
             rows.append(shape + [f"{reference:.2f}", f"{estimated:.2f}", f"{error:+.1%}", term])
     print_table(f"(e2) mcore sweep: estimate --runtime cpu against the measured memory-pool peak (MiB, to the byte); "
-                f"data {DATA.relative_to(REPO)} (MindSpore {data.get('mindspore')}, launcher {data.get('launcher')})",
+                f"data {path.relative_to(REPO)} (MindSpore {data.get('mindspore')}, launcher {data.get('launcher')})",
                 ("config", "half", "model", "layers", "h", "heads x d/kv", "s", "b", "v", "f", "dtypes",
                  "recompute; step", "measured", "estimated", "error", "estimated peak at"), rows)
     for half, values in errors.items():
         if values:
             print(_summary(half, values))
-    return max(errors.get("held-out", []), default=float("nan"))
+    return max(errors.get("held-out" if which == "sweep" else which, []), default=float("nan"))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("list", help="print the generated configs")
+    listing = commands.add_parser("list", help="print the generated configs")
     run = commands.add_parser("measure", help="train every config one step and record its pool peak")
     run.add_argument("--only", nargs="*", help="config names (c00, c01, ...) to measure")
     run.add_argument("--exact", action="store_true", help="also replay the allocation log for the peak to the byte")
     against = commands.add_parser("compare", help="the estimator against the recorded peaks")
     against.add_argument("--half", nargs="+", choices=("build", "held-out"), default=["build", "held-out"])
+    for command in (run, against, listing):
+        command.add_argument("--set", dest="which", choices=("sweep", *FRESH_SETS), default="sweep",
+                             help="the 32-config sweep (default) or a later held-out set of 16")
     args = parser.parse_args(argv)
     if args.command == "list":
-        for config in generate():
+        for config in generate(args.which):
             print(config.name, config.half, config.architecture, config.dtype, "|", config.recompute, "|",
                   config.step, "|", config.model)
     elif args.command == "compare":
-        compare(args.half)
+        compare(args.half, args.which)
     else:
-        record_peaks(generate(), DATA, only=args.only, exact=args.exact,
-                     command="python benchmarks/sweep_mcore.py measure --exact")
+        suffix = "" if args.which == "sweep" else f" --set {args.which}"
+        record_peaks(generate(args.which), data_file(args.which), only=args.only, exact=args.exact,
+                     command=f"python benchmarks/sweep_mcore.py measure --exact{suffix}")
     return 0
 
 
