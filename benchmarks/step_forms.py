@@ -12,7 +12,7 @@ recompute's peak as a ratio of no recompute in the same form.
 
 `--model qwen3`: the same on MindFormers' mcore model, a config derived from `configs/qwen3_tiny.yaml`
 (4 layers, hidden 256, intermediate 512, 4 heads over 2 KV heads of 64, seq 256, batch 4, vocab 512,
-float32), its MLP cell `mlp`. The estimate does not model mcore layers, so no estimate is printed.
+float32), its MLP cell `mlp`; with `--auto`, its held-out shape is `QWEN3_HELD_OUT`.
 
 `--auto`: whether `auto --runtime cpu` plans hold under a step form. For the forms given (default: a
 dynamic loss scale with and without clip-grad, and no `runner_wrapper` section) and two shapes (the
@@ -56,19 +56,26 @@ AUTO_FORMS = ("dynamic scale, clip", "dynamic scale, no clip", "no runner_wrappe
 HELD_OUT = {"num_layers": 6, "hidden_size": 384, "num_heads": 6, "n_kv_heads": 2, "seq_length": 192, "batch_size": 3,
             "vocab_size": 3000, "compute_dtype": "float16", "layernorm_compute_type": "float32",
             "softmax_compute_type": "float32", "rotary_dtype": "float32", "param_init_type": "float32"}
-SHAPES = {"tiny": {"vocab_size": 512, "batch_size": 4}, "held-out": HELD_OUT}
-# model -> its tiny config and its MLP cell (an mcore model_config has no batch_size: runner_config's is the batch)
-MODELS = {"llama": ("llama_tiny.yaml", "feed_forward"), "qwen3": ("qwen3_tiny.yaml", "mlp")}
+# 5 layers, hidden 320, 5 heads of 64 over 1 KV head, intermediate 960, seq 160, batch 3, vocab 3000, float16 compute
+QWEN3_HELD_OUT = {"num_hidden_layers": 5, "hidden_size": 320, "num_attention_heads": 5, "num_key_value_heads": 1,
+                  "head_dim": 64, "intermediate_size": 960, "seq_length": 160, "max_position_embeddings": 160,
+                  "batch_size": 3, "vocab_size": 3000, "compute_dtype": "float16"}
+# model -> its tiny config, its MLP cell and its shapes (an mcore model_config has no batch_size: runner_config's is
+# the batch)
+MODELS = {"llama": ("llama_tiny.yaml", "feed_forward", {"tiny": {"vocab_size": 512, "batch_size": 4},
+                                                         "held-out": HELD_OUT}),
+          "qwen3": ("qwen3_tiny.yaml", "mlp", {"tiny": {"vocab_size": 512, "batch_size": 4},
+                                               "held-out": QWEN3_HELD_OUT})}
 RECOMPUTE = ("none", "full", "cell")
 
 
 def config_for(form: str, recompute: str, directory: Path, shape: str = "tiny", model: str = "llama") -> Path:
-    name, cell = MODELS[model]
+    name, cell, shapes = MODELS[model]
     data = yaml.safe_load((ROOT / "configs" / name).read_text())
     model_config = data["model"]["model_config"]
-    model_config.update({key: value for key, value in SHAPES[shape].items()
+    model_config.update({key: value for key, value in shapes[shape].items()
                          if key != "batch_size" or key in model_config})
-    data["runner_config"]["batch_size"] = SHAPES[shape]["batch_size"]
+    data["runner_config"]["batch_size"] = shapes[shape]["batch_size"]
     if FORMS[form] is None:
         data.pop("runner_wrapper", None)
     else:
@@ -84,7 +91,7 @@ def config_for(form: str, recompute: str, directory: Path, shape: str = "tiny", 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=MODELS, default="llama",
-                        help="llama (configs/llama_tiny.yaml) or qwen3 (configs/qwen3_tiny.yaml, mcore: no estimate)")
+                        help="llama (configs/llama_tiny.yaml) or qwen3 (configs/qwen3_tiny.yaml, mcore)")
     parser.add_argument("--only", nargs="*", help="step forms to run (default: every form; with --auto, AUTO_FORMS)")
     parser.add_argument("--recompute", nargs="*", choices=RECOMPUTE, default=list(RECOMPUTE),
                         help="recompute settings to run")
@@ -92,12 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--auto", action="store_true", help="check auto's plans under the step forms")
     args = parser.parse_args(argv)
     if args.auto:
-        if args.model != "llama":
-            parser.error("--auto plans with the estimate, which does not model mcore layers: leave out --model")
-        return auto_check(args.only or list(AUTO_FORMS))
+        return auto_check(args.only or list(AUTO_FORMS), args.model)
     args.only = args.only or list(FORMS)
-    estimated = args.model == "llama"
-    rows = [["step form", "recompute", "measured MiB", "vs none", *(["estimated MiB", "error"] if estimated else [])]]
+    rows = [["step form", "recompute", "measured MiB", "vs none", "estimated MiB", "error"]]
     with tempfile.TemporaryDirectory(prefix="mf_memopt_forms_") as tmp:
         for form in args.only:
             baseline = None
@@ -107,32 +111,31 @@ def main(argv: list[str] | None = None) -> int:
                 peak = (measured.exact_bytes or measured.peak_bytes + 2**19) / 2**20
                 baseline = peak if recompute == "none" else baseline
                 ratio = f"{peak / baseline:.2f}x" if baseline else "-"
-                rows.append([form, recompute, f"{peak:.2f}", ratio])
-                if estimated:
-                    estimate = estimate_config(path, runtime="cpu").stages[0].peak.peak / 2**20
-                    rows[-1] += [f"{estimate:.1f}", f"{estimate / peak - 1:+.1%}"]
+                estimate = estimate_config(path, runtime="cpu").stages[0].peak.peak / 2**20
+                rows.append([form, recompute, f"{peak:.2f}", ratio, f"{estimate:.1f}", f"{estimate / peak - 1:+.1%}"])
                 print("  ".join(rows[-1]), flush=True)
     _print(rows)
     return 0
 
 
-def auto_check(forms: list[str]) -> int:
+def auto_check(forms: list[str], model: str = "llama") -> int:
     from mf_memopt.auto import auto_plan
 
     rows = [["shape", "step form", "budget MiB", "plan", "predicted MiB", "measured MiB", "within"]]
     verdicts = []
     with tempfile.TemporaryDirectory(prefix="mf_memopt_forms_auto_") as tmp:
-        for shape in SHAPES:
+        for shape in MODELS[model][2]:
             for form in forms:
                 directory = Path(tmp) / shape / form.replace(" ", "_").replace(",", "")
                 directory.mkdir(parents=True)
-                none, full = (measure_peak(config_for(form, recompute, directory, shape), runtime="cpu").peak_bytes
-                              for recompute in ("none", "full"))
+                none, full = (measure_peak(config_for(form, recompute, directory, shape, model),
+                                           runtime="cpu").peak_bytes for recompute in ("none", "full"))
                 rows.append([shape, form, "-", "none / full", "-", f"{none / MiB:.0f} / {full / MiB:.0f}", "-"])
                 print("  ".join(rows[-1]), flush=True)
                 for share in (0.25, 0.5, 0.75):
                     budget = (full + round(share * (none - full))) // MiB * MiB
-                    plan = auto_plan(config_for(form, "none", directory, shape), budget=budget, runtime="cpu")
+                    plan = auto_plan(config_for(form, "none", directory, shape, model), budget=budget,
+                                     runtime="cpu")
                     written = directory / f"auto_{share}.yaml"
                     written.write_text(plan.text, encoding="utf-8")
                     measured = measure_peak(written, runtime="cpu").peak_bytes

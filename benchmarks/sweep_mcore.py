@@ -1,7 +1,8 @@
 """(e2) Generated mcore configs (Qwen3, TeleChat3) and their measured memory-pool peaks, a held-out half included.
 
-The estimator does not model mcore layers yet. This sweep is what it will be built and checked on,
-drawn and measured before any mcore inventory exists, so that the held-out half stays unseen:
+The CPU estimate of mcore layers was built on this sweep's build half; its held-out half was drawn and
+measured before any mcore inventory existed (benchmarks/README (e2) has the history), and the `fresh`
+set after the estimator was compared with it. The sweep varies:
 
 * architecture: Qwen3 (q/k layernorm) or TeleChat3 (none);
 * layers 2-6, hidden 64-768, heads and head_dim drawn apart (an mcore model's heads x head_dim need

@@ -184,16 +184,9 @@ def test_llama2_7b_estimate_by_stage():
     assert last.traffic_bytes == 8 * 15 * result.layers[16].effect.bytes("swapped")  # the last layer stays
 
 
-MCORE_CONFIGS = ("configs/qwen3_tiny.yaml",)     # not modelled yet: the estimate says so in one line
-
-
 @pytest.mark.parametrize("config", sorted(str(path.relative_to(ROOT)) for path in (ROOT / "configs").rglob("*.yaml")))
 def test_estimate_runs_on_every_shipped_config(config, capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
-    if config in MCORE_CONFIGS:
-        assert main(["estimate", config]) == 1
-        assert "use_legacy: the estimate does not model mcore layers (use_legacy: False) yet" in capsys.readouterr().err
-        return
     assert main(["estimate", config, "--png", str(tmp_path / "chart.png")]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[1].startswith("training step: ")

@@ -127,12 +127,12 @@ class WeightCopies:
     A cast whose input is a parameter runs as soon as the step starts (nothing else holds it
     back); each copy lives until the MatMul that reads it. Per Linear weight of n elements:
 
-    * compute float16, param_init_type float16: a float32 copy for the forward's x @ W, one
+    * compute float16, parameters float16: a float32 copy for the forward's x @ W, one
       for the backward's dy @ W, and one for the forward run again by a recompute;
-    * compute float16, param_init_type float32: the model casts W to float16 and MatMul casts
+    * compute float16, parameters float32: the model casts W to float16 and MatMul casts
       that to float32: the forward's copy is made at the start; the backward's too, unless the
       Linear is recomputed (then its float16 cast is recomputed and the copy made late);
-    * compute float32, param_init_type float16: the model's own float32 cast serves the
+    * compute float32, parameters float16: the model's own float32 cast serves the
       forward and the backward, held until the backward (until the forward if recomputed);
     * float32 throughout: no cast, but a copy of the parameter itself (TensorMove), because the
       backward reads the parameter after the optimizer may have assigned it; held until the
@@ -171,8 +171,8 @@ def weight_copies(model: ModelSpec, effects: list[LayerEffect], sizes: dict[str,
             if recast:
                 # the recompute casts the parameter again, after the optimizer may have assigned it:
                 # the runtime keeps a copy (TensorMove) from the start (traces of m02, p5, q05, s19,
-                # t13); a matmul run again holds its new cast through the layer's backward, w2's and
-                # wo's is read by their one backward matmul and freed
+                # t13); a matmul run again holds its new cast through the layer's backward; the MLP's down
+                # projection's and the attention's output projection's is read by their one backward matmul and freed
                 held += model.param_bytes * size
                 made += FP32 * size if again else 0
         if float32_model(model):

@@ -139,11 +139,6 @@ def read_spec(source: Source, family: ModelFamily,
     model = family.model_spec(source, issues)
     if model is None:
         return None
-    if not family.memory_modelled:
-        issues.append(source.issue(("use_legacy",), f"the estimate does not model {family.name} layers "
-                                   f"(use_legacy: {source.get(('use_legacy',))}) yet",
-                                   "validate, plan, verify and the launcher apply; measure its memory by training it"))
-        return None
     return model, _parallel(source), optimizer_spec(source)
 
 

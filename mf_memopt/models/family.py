@@ -137,7 +137,6 @@ class ModelFamily:
         """The matmul-class operators of one layer and their forward FLOPs (`estimate.inventory.Op`)."""
         raise NotImplementedError
 
-    memory_modelled = True                     # the estimate models this family's layers (`inventory`, ...)
     dataset_columns: tuple[str, ...] = ("input_ids",)   # the columns of a generated dataset (`runtime/data.py`)
     cell_outputs: frozenset[str] = frozenset()   # operators whose output is their recomputed cell's output
     primitive_recompute = False                  # a select pattern naming a primitive rebuilds its output

@@ -66,11 +66,30 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
             "model-level tensors": 2 * FP32 * dim.bsh_full + tables,
             "layer working set": _held_in_mlp_backward(effects[index]) + 2 * FP32 * dim.bsf + copies.late[index]
                                  + effects[index].backward_extra}))
-    early = {EARLY_VOCABULARY: FP32 * vocabulary_params(model)}
+    # AdamW's early decayed copy: two vocabulary-sized products even when the embeddings are tied (one matrix
+    # read by two cells; memory-pool trace of the sweep's c03)
+    early = {EARLY_VOCABULARY: 2 * FP32 * model.vocab * model.hidden}
     candidates = [StagePeak(kind=candidate.kind, layer=candidate.layer, components={**candidate.components, **early})
                   for candidate in candidates]
-    candidates.extend(optimizer_steps(model, len(effects), early))
+    candidates.extend(_mixed_optimizer(model, len(effects), early) if _mixed(model)
+                      else optimizer_steps(model, len(effects), early))
     return candidates
+
+
+def _mixed(model: ModelSpec) -> bool:
+    """float16 compute with float32 parameters and norms, the mixed setting the mcore sweep measured."""
+    return model.compute_bytes != FP32 and model.param_bytes == FP32 and model.layernorm_bytes == FP32
+
+
+def _mixed_optimizer(model: ModelSpec, layers: int, early: dict[str, int]) -> list[StagePeak]:
+    """AdamW with float16 compute and float32 parameters: every parameter's selected gradient and its update's
+    output (two float32 tensors, as in `optimizer_steps`), and one more float32 tensor of the largest weight,
+    vocabulary matrices included, the update being finished (memory-pool traces of the sweep's c05, c07 and c19;
+    the Llama's rule, two of the largest decoder weight, over-estimates these by 4-5%)."""
+    params = layers * model.layer_params + model.hidden + vocabulary_params(model)
+    return [StagePeak(kind="optimizer step", components={
+        "optimizer working set": 2 * FP32 * params,
+        "update being finished": FP32 * max(*model.layer_param_list(), model.vocab * model.hidden), **early})]
 
 
 def _weight_copies(model: ModelSpec, effects: list[LayerEffect]) -> WeightCopies:
