@@ -55,11 +55,13 @@ def gradients_after(model: ModelSpec, index: int, layers: int) -> int:
 
 
 def gradient_set(model: ModelSpec, layers: int) -> int:
-    """Bytes of one gradient per parameter (the parameter's dtype; the RmsNorm weights in L). Tied embeddings
-    are one matrix (memory-pool trace of the mcore sweep's c30)."""
+    """Bytes of one gradient per parameter (the parameter's dtype; the RmsNorm weights in L). Tied embeddings get
+    a gradient from the embedding and one from the output layer; without clip-grad they are summed into one
+    before the optimizer, with it both are held (memory-pool traces of the mcore sweep's c30 and d02)."""
     h, p, norm = model.hidden, model.param_bytes, model.layernorm_bytes
     per_layer = p * (model.layer_params - 2 * h) + norm * 2 * h
-    return layers * per_layer + p * vocabulary_params(model) + norm * h
+    matrices = 1 if model.tie_embeddings and not model.clip_grad else 2
+    return layers * per_layer + p * matrices * model.vocab * h + norm * h
 
 
 def optimizer_steps(model: ModelSpec, layers: int, early: dict[str, int]) -> list[StagePeak]:

@@ -66,6 +66,7 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
             "model-level tensors": 2 * FP32 * dim.bsh_full + tables,
             "layer working set": _held_in_mlp_backward(effects[index]) + 2 * FP32 * dim.bsf + copies.late[index]
                                  + effects[index].backward_extra}))
+        candidates.append(_attention_backward(model, effects, index, kept, copies, tables))
     # AdamW's early decayed copy: two vocabulary-sized products even when the embeddings are tied (one matrix
     # read by two cells; memory-pool trace of the sweep's c03)
     early = {EARLY_VOCABULARY: 2 * FP32 * model.vocab * model.hidden}
@@ -90,6 +91,24 @@ def _mixed_optimizer(model: ModelSpec, layers: int, early: dict[str, int]) -> li
     return [StagePeak(kind="optimizer step", components={
         "optimizer working set": 2 * FP32 * params,
         "update being finished": FP32 * max(*model.layer_param_list(), model.vocab * model.hidden), **early})]
+
+
+def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int, kept: list[int],
+                        copies: WeightCopies, tables: int) -> StagePeak:
+    """Inside layer `index`'s attention backward: the MLP's gradients exist, and the CPU stand-in's backward
+    computes the probabilities again: the scores less their maximum, the softmax and the gradient product, three
+    float32 b*n*s*s tensors. A recomputed attention also rebuilds the float32 mask and its boolean broadcast
+    (memory-pool trace of the fresh set's d01: 44 MiB of b*n*s*s tensors at 16 heads of seq 256)."""
+    dim = dims(model, ParallelSpec())
+    rebuilt = rebuilds(effects[index], "self_attention.")
+    _, _, fc1, fc2, *_ = model.layer_param_list()
+    return StagePeak(kind="attention backward", layer=index, components={
+        "activations kept": sum(kept[:index]),
+        "weight copies": sum(copies.backward[:index + 1]),
+        "gradients so far": gradients_after(model, index, len(effects)) + model.gradient_bytes * (fc1 + fc2),
+        "model-level tensors": 2 * FP32 * dim.bsh_full + tables,
+        "layer working set": held_in_backward(effects[index], _ATTENTION) + copies.late[index]
+                             + (3 * FP32 + ((FP32 + 1) if rebuilt else 0)) * dim.scores})
 
 
 def _weight_copies(model: ModelSpec, effects: list[LayerEffect]) -> WeightCopies:
