@@ -1,5 +1,5 @@
-"""The dense mcore training YAMLs the mindformers 1.9 wheel ships (`site-packages/configs/`) validate and plan
-unchanged; those that leave the model's shape to `pretrained_model_dir` are read with its config.json, and
+"""The dense mcore training YAMLs the mindformers 1.9 wheel ships (`site-packages/configs/`) validate, plan and
+estimate unchanged; those that leave the model's shape to `pretrained_model_dir` are read with its config.json, and
 without one get one error naming the file."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pytest
 
 from mf_memopt import load_plan
 from mf_memopt.config.errors import ConfigError
+from mf_memopt.estimate import estimate_config
 
 pytestmark = pytest.mark.mindspore
 
@@ -27,10 +28,15 @@ QWEN3_32B = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidd
 
 
 @pytest.mark.parametrize("name", EXPLICIT)
-def test_the_wheels_dense_pretrain_yamls_validate_and_plan(name):
+def test_the_wheels_dense_pretrain_yamls_validate_plan_and_estimate(name):
     plan = load_plan(WHEEL / name)
     assert (plan.num_layers, plan.layout.stages) == EXPLICIT[name]
     assert plan.family.name == "mcore"
+    estimate = estimate_config(WHEEL / name)          # the ascend runtime: bfloat16, pipeline stages
+    assert [stage.layers for stage in estimate.stages] == [tuple(layer.layer for layer in plan.layers
+                                                                  if layer.stage == stage)
+                                                            for stage in range(plan.layout.stages)]
+    assert all(0 < stage.peak.peak < 80 * 2**30 for stage in estimate.stages)
 
 
 @pytest.mark.parametrize("name", FROM_DIRECTORY)
@@ -44,6 +50,7 @@ def test_a_shape_left_to_pretrained_model_dir_is_read_from_its_config_json(name,
                                  else line for line in text.splitlines()) + "\n")
     plan = load_plan(written)
     assert plan.num_layers == 64
+    assert estimate_config(written).model.heads == 64
 
 
 @pytest.mark.parametrize("name", FROM_DIRECTORY)
