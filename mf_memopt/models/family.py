@@ -10,8 +10,9 @@ YAML once, and the plan carries it to the later stages.
 Nothing here imports MindSpore: the config stage reads families too. What needs MindSpore
 (stand-in cells, replacement cells) is imported inside the methods that build it. A family
 package holds, by name, `backend.py` (`backend_issues`, `prepare_build`, `after_build`),
-`compression.py` (`COMPRESSION`) and `spec.py` (`model_spec`); the base class imports them
-from the family's package when a stage first asks.
+`compression.py` (`COMPRESSION`), `spec.py` (`model_spec`), `layers.py` (`layer_tree`),
+`inventory.py` (`layer_inventory`, `layer_ops`) and `cpu_memory.py` (`cpu_checkpoints`); the base
+class imports them from the family's package when a stage first asks.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ class ModelFamily:
     def layer_tree(self, source: Source) -> Any:
         """The decoder layer the YAML builds, as recorded from a real model (`config.tree.RecordedCell`), or None
         when the family has not recorded it: `validate` matches the patterns against it."""
-        raise NotImplementedError
+        return self._part("layers").layer_tree(source)
 
     def pattern_hint(self, pattern: str) -> str | None:
         """A hint for a default pattern that matches nothing in this model (why, and what to name)."""
@@ -97,7 +98,7 @@ class ModelFamily:
         return None
 
     def _part(self, name: str) -> Any:
-        """A module of the family's package (`backend`, `compression`, `spec`), imported on first use."""
+        """A module of the family's package (`backend`, `compression`, `spec`, ...), imported on first use."""
         return importlib.import_module(f"{type(self).__module__}.{name}")
 
     # --- apply stage ---------------------------------------------------------------------------
@@ -131,11 +132,11 @@ class ModelFamily:
 
     def inventory(self, model: Any, parallel: Any, runtime: str) -> list[Any]:
         """The tensors one decoder layer keeps for its backward (`estimate.inventory.Saved`)."""
-        raise NotImplementedError
+        return self._part("inventory").layer_inventory(model, parallel, runtime)
 
     def layer_ops(self, model: Any, parallel: Any) -> list[Any]:
         """The matmul-class operators of one layer and their forward FLOPs (`estimate.inventory.Op`)."""
-        raise NotImplementedError
+        return self._part("inventory").layer_ops(model, parallel)
 
     dataset_columns: tuple[str, ...] = ("input_ids",)   # the columns of a generated dataset (`runtime/data.py`)
     cell_outputs: frozenset[str] = frozenset()   # operators whose output is their recomputed cell's output
@@ -144,7 +145,7 @@ class ModelFamily:
 
     def cpu_checkpoints(self, model: Any, effects: list[Any]) -> list[Any]:
         """The moments of a CPU training step whose largest is the memory-pool peak (`estimate.memory`)."""
-        raise NotImplementedError
+        return self._part("cpu_memory").cpu_checkpoints(model, effects)
 
 
 def first_layer_list(network: Any) -> list[Any] | None:

@@ -8,7 +8,6 @@ and the SiLU at `w1.activation.silu`).
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from ...config.errors import ConfigIssue
 from ...config.source import Source
@@ -51,29 +50,8 @@ class LlamaFamily(ModelFamily):
     def swap_scope_issues(self, source: Source) -> list[ConfigIssue]:
         return checks.swap_scope_issues(source)
 
-    def layer_tree(self, source: Source) -> Any:
-        from .layers import layer_tree
-
-        return layer_tree(source)
-
     def pattern_hint(self, pattern: str) -> str | None:
         return _PATTERN_HINTS.get(pattern)
-
-
-    def inventory(self, model: Any, parallel: Any, runtime: str) -> list[Any]:
-        from .inventory import layer_inventory
-
-        return layer_inventory(model, parallel, runtime)
-
-    def layer_ops(self, model: Any, parallel: Any) -> list[Any]:
-        from .inventory import layer_ops
-
-        return layer_ops(model, parallel)
-
-    def cpu_checkpoints(self, model: Any, effects: list[Any]) -> list[Any]:
-        from .cpu_memory import cpu_checkpoints
-
-        return cpu_checkpoints(model, effects)
 
 
 LLAMA = LlamaFamily()

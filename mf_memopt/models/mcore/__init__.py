@@ -12,7 +12,6 @@ MLP is not modelled here, and the estimate says so.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from ...config.errors import ConfigIssue
 from ...config.source import Source
@@ -67,28 +66,8 @@ class McoreFamily(ModelFamily):
 
         return swap_scope_issues(source)
 
-    def layer_tree(self, source: Source) -> Any:
-        from .layers import layer_tree
-
-        return layer_tree(source)
-
     def pattern_hint(self, pattern: str) -> str | None:
         return _PATTERN_HINTS.get(pattern)
-
-    def inventory(self, model: Any, parallel: Any, runtime: str) -> list[Any]:
-        from .inventory import layer_inventory
-
-        return layer_inventory(model, parallel, runtime)
-
-    def layer_ops(self, model: Any, parallel: Any) -> list[Any]:
-        from .inventory import layer_ops
-
-        return layer_ops(model, parallel)
-
-    def cpu_checkpoints(self, model: Any, effects: list[Any]) -> list[Any]:
-        from .cpu_memory import cpu_checkpoints
-
-        return cpu_checkpoints(model, effects)
 
     def default_note(self, pattern: str) -> str | None:
         if pattern == r"mlp\.mul":
