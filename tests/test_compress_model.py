@@ -128,7 +128,7 @@ def test_a_cell_that_cannot_be_compressed_is_an_error_and_nothing_is_replaced(tm
     with pytest.raises(ConfigError) as raised:
         apply_plan(load_plan(path), built.network)
     messages = [issue.message for issue in raised.value.issues]
-    assert any("attention is a LLamaAttention; op_compress compresses the input that a Linear cell" in message
+    assert any("attention is a LLamaAttention; op_compress compresses the input that a linear cell" in message
                for message in messages)
     assert any("segment `w9` matched nothing" in message for message in messages)
     assert type(built.network.model.layers[0].feed_forward.w2).__name__ == "Linear"

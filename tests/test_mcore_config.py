@@ -151,8 +151,26 @@ def test_a_key_read_from_pretrained_model_dirs_config_json_is_reported_as_that_f
     assert issue.file == str(model / "config.json") and "got 0" in issue.message
 
 
-def test_compression_is_refused_for_mcore_models_until_their_linears_have_replacements(tmp_path):
-    errors = _errors(_write(tmp_path, lambda d: d.update(compress_config={"compress": True,
-                                                                          "compress_dense": "level0"})))
-    assert errors == ["compress_config.compress: compression is not available for mcore models: their fused linears "
-                      "(mlp.linear_fc1, mlp.linear_fc2, ...) have no compressed replacement cell yet"]
+def test_the_mcore_linears_compress_and_lossless_says_why_it_does_not_apply(tmp_path):
+    quantised = {"compress": True, "op_compress": [{"op_name": r"mlp\.linear_fc(1|2)", "method": "int8",
+                                                     "layers": True}]}
+    no_recompute = {"recompute": False, "select_recompute": False, "select_comm_recompute": False}
+    plan = load_plan(_write(tmp_path, lambda d: d.update(compress_config=quantised, recompute_config=no_recompute)))
+    assert [sorted(use.pattern for use in layer.op_compress) for layer in plan.layers] == \
+           [[r"mlp\.linear_fc(1|2)"]] * 4
+    lossless = load_plan(_write(tmp_path, lambda d: d.update(compress_config={"compress": True,
+                                                                                "compress_dense": "level0"},
+                                                                recompute_config=no_recompute)))
+    assert any("no lossless transform saves memory for mlp.linear_fc2" in warning.message
+               for warning in lossless.warnings)
+
+
+def test_compression_with_tensor_parallelism_is_refused_for_mcore(tmp_path):
+    def change(data):
+        data.update(compress_config={"compress": True, "op_compress": [
+            {"op_name": r"mlp\.linear_fc2", "method": "int8", "layers": True}]})
+        data["parallel_config"]["model_parallel"] = 2
+
+    assert [error for error in _errors(_write(tmp_path, change)) if error.startswith("parallel_config")] == [
+        "parallel_config.model_parallel: compress_config with model_parallel 2: an mcore compressed linear computes "
+        "its matmul outside MindFormers' Morph, which holds the tensor-parallel reduction and sharding"]

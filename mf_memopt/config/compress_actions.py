@@ -96,7 +96,7 @@ def _supported(compression: Compression, cell, parent, use, path, index, file, i
     if compression.quantisable(cell):
         return True
     issues.append(_issue(file, use, f"in layer {index}, {path} is a {cells.type_name(cell)}; op_compress "
-                         "compresses the input that a Linear cell (without experts) keeps for its weight gradient",
+                         "compresses the input that a linear cell (without experts) keeps for its weight gradient",
                          compression.cells_hint))
     return False
 

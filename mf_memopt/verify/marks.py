@@ -175,7 +175,8 @@ def _check_attribute(check: LayerCheck, nodes: list[Node], producers: dict, want
 
 
 def _fused_from(node: Node, producers: dict, wanted: dict, found) -> str | None:
-    """The planned primitive whose mark a fused node inherited: same operator name, fed by its cell.
+    """The planned primitive whose mark a fused node inherited: same operator name, fed by its cell, or else
+    of a cell enclosing it.
 
     `Linear` reshapes its output with the same primitive it reshapes its input with; the
     compiler fuses that output reshape with the next reshape of the parent cell, which then
@@ -186,6 +187,14 @@ def _fused_from(node: Node, producers: dict, wanted: dict, found) -> str | None:
         if producer is None:
             continue
         candidate = f"{producer.cell_path}.{node.instance}" if producer.cell_path else node.instance
+        if candidate != node.path and wanted.get(candidate) == found:
+            return candidate
+    # A chain of reshapes (a cell's, then the compressed linear's own flatten, then its codec's) compiles to
+    # one node with the innermost scope and the first one's attributes: the same-named primitive of an
+    # enclosing cell (mcore's MLP and ColumnParallelLinear mark their Reshape for recompute).
+    parts = node.cell_path.split(".") if node.cell_path else []
+    for depth in range(len(parts) - 1, -1, -1):
+        candidate = ".".join([*parts[:depth], node.instance])
         if candidate != node.path and wanted.get(candidate) == found:
             return candidate
     return None

@@ -11,10 +11,6 @@ _TP: KeyPath = ("parallel_config", "model_parallel")
 
 def model_issues(source: Source) -> list[ConfigIssue]:
     issues = _architecture_issues(source)
-    if source.get(("compress_config", "compress")) is True:
-        issues.append(source.issue(("compress_config", "compress"), "compression is not available for mcore models: "
-                                   "their fused linears (mlp.linear_fc1, mlp.linear_fc2, ...) have no compressed "
-                                   "replacement cell yet", "set compress: false, or recompute the MLP instead"))
     heads, kv_heads = _count(model_value(source, "num_attention_heads")), _count(
         model_value(source, "num_key_value_heads"))
     tp = _count(source.get(_TP, 1))
@@ -22,6 +18,11 @@ def model_issues(source: Source) -> list[ConfigIssue]:
         issues.append(source.issue((*MODEL, "num_key_value_heads"), f"num_attention_heads ({heads}) is not a "
                                    f"multiple of num_key_value_heads ({kv_heads})",
                                    "each key/value head serves num_attention_heads / num_key_value_heads query heads"))
+    if source.get(("compress_config", "compress")) is True and tp and tp > 1:
+        issues.append(source.issue(_TP, f"compress_config with model_parallel {tp}: an mcore compressed linear "
+                                   "computes its matmul outside MindFormers' Morph, which holds the tensor-parallel "
+                                   "reduction and sharding", "use model_parallel: 1 with compression, or recompute "
+                                   "the MLP instead"))
     for name, value in (("num_attention_heads", heads), ("num_key_value_heads", kv_heads)):
         if value and tp and value % tp:
             issues.append(source.issue(_TP, f"{name} ({value}) is not a multiple of model_parallel ({tp})",

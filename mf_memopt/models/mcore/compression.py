@@ -1,28 +1,46 @@
-"""What an mcore layer can compress.
+"""What an mcore layer can compress (no MindSpore here; the cells are in `compress_cells.py`).
 
-The quantised and lossless cells of `op_compress` / `compress_dense` replace the legacy Llama's
-`Linear` and MLP; the mcore linears (`ColumnParallelLinear`, `RowParallelLinear`, computing inside a
-`Morph`) have no replacement cell yet, so every pattern that names one is refused at validation
-with this family's hint, and nothing is half-applied.
+* quantised methods replace an mcore `ColumnParallelLinear` or `RowParallelLinear` (its weight
+  stored as (out, in), not skipped) by `CompressedParallelLinear`, which computes its matmul outside
+  the `Morph` MindFormers wraps it in and keeps its input compressed for the backward;
+* the MLP's `linear_fc1` reads the normalised input (gate and up are one fused matmul, so no sibling
+  shares its input) and `linear_fc2` reads SwiGlu's product: compressing either frees that tensor;
+* `lossless` does not apply: the legacy rebuild replaces a Llama MLP with separate w1 and w3, and an
+  mcore MLP computes its product inside SwiGlu.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..compression import Compression
+from ...config.tree import type_name
+from ...estimate.inventory import MLP_DOWN_INPUT, MLP_INPUT
+from ..compression import Compression, Target
+
+RECORDED_ATTRIBUTES = ("transpose_b", "skip_weight_param_allocation")   # read by is_parallel_linear (a
+# RowParallelLinear has no skip_weight_param_allocation: it always owns its weight)
+_LINEARS = ("ColumnParallelLinear", "RowParallelLinear")
+
+
+def is_parallel_linear(cell: Any) -> bool:
+    return (type_name(cell) in _LINEARS and getattr(cell, "transpose_b", False)
+            and not getattr(cell, "skip_weight_param_allocation", False))
 
 
 class McoreCompression(Compression):
-    targets = ()
+    targets = (
+        Target(cell="mlp.linear_fc2", frees=MLP_DOWN_INPUT, input_width="ffn", output_width="hidden"),
+        Target(cell="mlp.linear_fc1", frees=MLP_INPUT, input_width="hidden", output_width="gate and up"),
+    )
     example = "mlp\\.linear_fc2"
-    cells_hint = ("mcore linears (mlp.linear_fc1, mlp.linear_fc2, ...) have no compressed replacement yet; "
-                  "remove compress_config for this model")
-    lossless_note = ("the lossless rebuild replaces a legacy Llama MLP; {path} is an mcore cell, which it does not "
-                     "replace; it is left uncompressed")
+    cells_hint = "name mcore linears such as mlp\\.linear_fc2, mlp\\.linear_fc1 or self_attention\\.linear_proj"
+    lossless_note = ("no lossless transform saves memory for {path}: the rebuild replaces a legacy Llama MLP with "
+                     "separate w1 and w3, and an mcore MLP computes its product inside SwiGlu (see "
+                     "docs/compression.md); it is left uncompressed")
+    scopes = {"CompressedParallelLinear": "{path}.compressed_matmul"}
 
     def quantisable(self, cell: Any) -> bool:
-        return False
+        return is_parallel_linear(cell)
 
     def lossless_ok(self, path: str, cell: Any, parent: Any) -> bool:
         return False
@@ -32,6 +50,11 @@ class McoreCompression(Compression):
 
     def pair_pattern(self, name: str, partner: str) -> str:
         return f"mlp\\.({name}|{partner})"
+
+    def quantised_cell(self, cell: Any, codec: Any, method: str) -> Any:
+        from .compress_cells import CompressedParallelLinear
+
+        return CompressedParallelLinear(cell, codec, method)
 
 
 COMPRESSION = McoreCompression()

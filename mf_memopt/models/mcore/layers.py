@@ -63,7 +63,9 @@ def record_architecture(name: str) -> dict:
         build_parallel_config(config)
         network = build_network(config.model, default_args={"parallel_config": config.parallel_config,
                                                             "moe_config": config.moe_config})
-    return record(network.model.decoder.layers[0])
+    from .compression import RECORDED_ATTRIBUTES
+
+    return record(network.model.decoder.layers[0], RECORDED_ATTRIBUTES)
 
 
 def record_all() -> dict[str, Any]:
