@@ -87,33 +87,30 @@ def test_without_clip_grad_the_step_compiles_reports_the_norm_and_recompute_stil
     assert full <= 0.75 * none, (none, full)
 
 
-def test_verify_finds_the_plan_and_mindformers_own_marks_in_the_graph(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "mf_memopt", "verify", str(QWEN3), "--json"], capture_output=True,
-                          text=True, timeout=900, cwd=tmp_path, env={**os.environ, "GLOG_v": "3",
-                                                                     "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+def _verify(config: Path, cwd: Path) -> dict:
     import json
 
-    result = json.loads(done.stdout)
+    done = subprocess.run([sys.executable, "-m", "mf_memopt", "verify", str(config), "--json"], capture_output=True,
+                          text=True, timeout=900, cwd=cwd, env={**os.environ, "GLOG_v": "3", "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def test_verify_finds_the_plan_and_mindformers_own_marks_in_the_graph(tmp_path):
+    result = _verify(QWEN3, tmp_path)
     assert result["agrees"] is True
     assert [layer["recompute"] for layer in result["layers"]] == [["mlp"]] * 4
     assert all(layer["copies"] > 0 for layer in result["layers"])
 
 
 def test_verify_proves_the_fused_mlp_linears_backward_reads_only_their_compressed_copies(tmp_path):
-    import json
-
     data = yaml.safe_load(QWEN3.read_text())
     data["recompute_config"] = {**RECOMPUTE["none"], "select_comm_recompute": False}
     data["compress_config"] = {"compress": True, "op_compress": [
         {"op_name": r"mlp\.linear_fc(1|2)", "method": "int8", "layers": True}]}
     config = tmp_path / "int8.yaml"
     config.write_text(yaml.safe_dump(data, sort_keys=False))
-    done = subprocess.run([sys.executable, "-m", "mf_memopt", "verify", str(config), "--json"], capture_output=True,
-                          text=True, timeout=900, cwd=tmp_path, env={**os.environ, "GLOG_v": "3",
-                                                                     "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    result = json.loads(done.stdout)
+    result = _verify(config, tmp_path)
     assert result["agrees"] is True
     assert [sorted(layer["compressed"]) for layer in result["layers"]] == [["mlp.linear_fc1 (int8)",
                                                                           "mlp.linear_fc2 (int8)"]] * 4
