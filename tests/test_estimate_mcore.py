@@ -56,3 +56,24 @@ def test_the_sets_cover_both_architectures_both_dtype_settings_and_every_form():
     assert {config.recompute for config in configs} == set(RECOMPUTE)
     assert {config.step for config in configs} == set(FORMS)
     assert {config.model["tie_word_embeddings"] for config in configs} == {True, False}
+
+
+def test_compressing_the_four_linears_frees_their_inputs_and_keeps_the_stored_bytes(tmp_path):
+    import yaml
+
+    from mf_memopt.compress.methods import stored_bytes
+
+    data = yaml.safe_load(open("configs/qwen3_tiny.yaml"))
+    data["recompute_config"] = {"recompute": False, "select_recompute": False, "select_comm_recompute": False}
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(yaml.safe_dump(data, sort_keys=False))
+    data["compress_config"] = {"compress": True, "op_compress": [
+        {"op_name": r"(self_attention|mlp)\.linear_\w+", "method": "int4", "layers": True}]}
+    int4 = tmp_path / "int4.yaml"
+    int4.write_text(yaml.safe_dump(data, sort_keys=False))
+    before, after = (estimate_config(path, runtime="cpu").layers[0].effect for path in (plain, int4))
+    roles = {"attention input", "attention output", "mlp input", "mlp down input"}
+    freed = [item.saved for item in before.tensors if item.saved.role in roles]
+    assert sorted(saved.role for saved in freed) == sorted(roles)
+    stored = sum(stored_bytes("int4", saved.nbytes // 4, 256) for saved in freed)     # float32 tensors
+    assert before.bytes("kept") - after.bytes("kept") == sum(saved.nbytes for saved in freed) - stored

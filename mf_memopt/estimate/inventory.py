@@ -17,7 +17,9 @@ FP32 = 4
 # Roles of saved tensors that other parts of the estimator and the planner look for.
 MLP_INPUT = "mlp input"                 # the normalised input of the MLP's gate and up projections
 MLP_DOWN_INPUT = "mlp down input"       # the gated product, the input of the MLP's down projection
-ROLES = (MLP_INPUT, MLP_DOWN_INPUT)
+ATTENTION_INPUT = "attention input"     # the normalised input of the attention's query/key/value projection
+ATTENTION_OUTPUT = "attention output"   # the attention's output, the input of its output projection
+ROLES = (MLP_INPUT, MLP_DOWN_INPUT, ATTENTION_INPUT, ATTENTION_OUTPUT)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -4,7 +4,8 @@
   stored as (out, in), not skipped) by `CompressedParallelLinear`, which computes its matmul outside
   the `Morph` MindFormers wraps it in and keeps its input compressed for the backward;
 * the MLP's `linear_fc1` reads the normalised input (gate and up are one fused matmul, so no sibling
-  shares its input) and `linear_fc2` reads SwiGlu's product: compressing either frees that tensor;
+  shares its input) and `linear_fc2` reads SwiGlu's product; the attention's `linear_qkv` reads the
+  first norm's output and `linear_proj` the attention's output: compressing one frees that tensor;
 * `lossless` does not apply: the legacy rebuild replaces a Llama MLP with separate w1 and w3, and an
   mcore MLP computes its product inside SwiGlu.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...config.tree import type_name
-from ...estimate.inventory import MLP_DOWN_INPUT, MLP_INPUT
+from ...estimate.inventory import ATTENTION_INPUT, ATTENTION_OUTPUT, MLP_DOWN_INPUT, MLP_INPUT
 from ..compression import Compression, Target
 
 RECORDED_ATTRIBUTES = ("transpose_b", "skip_weight_param_allocation")   # read by is_parallel_linear (a
@@ -31,6 +32,10 @@ class McoreCompression(Compression):
     targets = (
         Target(cell="mlp.linear_fc2", frees=MLP_DOWN_INPUT, input_width="ffn", output_width="hidden"),
         Target(cell="mlp.linear_fc1", frees=MLP_INPUT, input_width="hidden", output_width="gate and up"),
+        Target(cell="self_attention.linear_qkv", frees=ATTENTION_INPUT, input_width="hidden",
+               output_width="query, key and value"),
+        Target(cell="self_attention.linear_proj", frees=ATTENTION_OUTPUT, input_width="queries",
+               output_width="hidden"),
     )
     example = "mlp\\.linear_fc2"
     cells_hint = "name mcore linears such as mlp\\.linear_fc2, mlp\\.linear_fc1 or self_attention\\.linear_proj"

@@ -19,7 +19,17 @@ Two runtimes, as for the legacy Llama:
 
 from __future__ import annotations
 
-from ...estimate.inventory import FP32, MLP_DOWN_INPUT, MLP_INPUT, Dims, Op, Saved, dims
+from ...estimate.inventory import (
+    ATTENTION_INPUT,
+    ATTENTION_OUTPUT,
+    FP32,
+    MLP_DOWN_INPUT,
+    MLP_INPUT,
+    Dims,
+    Op,
+    Saved,
+    dims,
+)
 from ...estimate.spec import ModelSpec, ParallelSpec
 
 FP16 = 2
@@ -93,7 +103,7 @@ def _cpu_layer(model: ModelSpec, dim: Dims) -> list[Saved]:
         Saved(path="self_attention.linear_proj.matmul" if half else "self_attention.cast",
               what="attention output, input of linear_proj" + (" (a float32 copy for its backward)" if half else ""),
               nbytes=FP32 * dim.q, read_by="self_attention.linear_proj.matmul" if half else None,
-              rebuilt_nbytes=model.compute_bytes * dim.q if half else None),
+              rebuilt_nbytes=model.compute_bytes * dim.q if half else None, role=ATTENTION_OUTPUT),
     ]
     if half:
         saved.append(Saved(path="cast", what="residual after attention, float32", nbytes=FP32 * dim.bsh))
@@ -118,11 +128,11 @@ def _cpu_norm(cell: str, bsh: int, bs: int, half: bool, *, consumer: str) -> lis
     """A FusedRMSNorm on CPU (the stand-in computes in float32): x * rstd, its output, the early 2*x, rstd. With
     float16 compute the first norm's output is kept as its float16 cast (linear_qkv's backward casts it late); the
     MLP's matmuls run in float32 and keep the norm's float32 output."""
-    role = MLP_INPUT if consumer == "linear_fc1" else None
+    role = MLP_INPUT if consumer == "linear_fc1" else ATTENTION_INPUT
     if half and consumer == "linear_qkv":
         # linear_qkv's backward casts its float16 input itself, late
         output = [Saved(path=f"{cell}.cast", what=f"normalised input of {consumer} (float16)", nbytes=FP16 * bsh,
-                        output_of=cell)]
+                        output_of=cell, role=role)]
     else:
         output = [Saved(path=f"{cell}.norm", what=f"normalised input of {consumer}", nbytes=FP32 * bsh,
                         output_of=cell, role=role)]
