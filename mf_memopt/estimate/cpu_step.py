@@ -35,6 +35,21 @@ def held_in_backward(effect: LayerEffect, prefixes: tuple[str, ...] = ("",)) -> 
     return sum(held_bytes(item) for item in effect.tensors if item.saved.path.startswith(prefixes))
 
 
+def held_in_mlp_backward(effect: LayerEffect, norms: tuple[str, ...], attention: tuple[str, ...]) -> int:
+    """A layer's tensors while its MLP backward runs. A recomputed attention (paths under `attention`) is rebuilt
+    when the gradient reaches it, after the MLP backward, unless the recompute spans the whole layer (its `norms`
+    are rebuilt too: one segment, rebuilt at the start of the layer's backward) (Llama traces of k07, p5)."""
+    if rebuilds(effect, *norms):
+        return held_in_backward(effect)
+    return sum(held_bytes(item) for item in effect.tensors
+               if not (item.fate == "recomputed" and item.saved.path.startswith(attention)))
+
+
+def stage_params(model: ModelSpec, layers: int) -> int:
+    """Every parameter of a single-stage model: the decoder layers, the final norm, the vocabulary matrices."""
+    return layers * model.layer_params + model.hidden + vocabulary_params(model)
+
+
 def held_bytes(item: TensorFate) -> int:
     if item.fate == "recomputed" and item.saved.rebuilt_nbytes is not None:
         return item.saved.rebuilt_nbytes
@@ -99,7 +114,7 @@ def optimizer_steps(model: ModelSpec, layers: int, early: dict[str, int]) -> lis
         return [StagePeak(kind="optimizer step", components={
             "gradients": gradients, "zeros of the overflow select": gradients,
             "optimizer outputs": 3 * FP32 * largest})]
-    params = layers * model.layer_params + model.hidden + vocabulary_params(model)
+    params = stage_params(model, layers)
     embedding = model.vocab * model.hidden
     if clip_ends_first(model):
         return [StagePeak(kind="end of clip-grad", components={

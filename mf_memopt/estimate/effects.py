@@ -120,7 +120,6 @@ def _recompute_rules(plan: LayerPlan, inventory: list[Saved], primitive_recomput
     """A function path -> the rule that recomputes that operator's output (or None), and notes."""
     notes = []
     cells = []
-    named = {"cell", "primitive"} if primitive_recompute else {"cell"}
     for use in plan.select_recompute:
         kinds = {_named(use.pattern, saved.path) for saved in inventory} - {None}
         if kinds == {"primitive"} and not primitive_recompute:
@@ -136,8 +135,10 @@ def _recompute_rules(plan: LayerPlan, inventory: list[Saved], primitive_recomput
             return plan.full_recompute.key
         # a recomputed cell's output is kept: the next operator's backward reads it (memory-pool trace
         # of configs/recompute_select_patterns.yaml: the MLP's gate cell recomputed, its SiLU output kept)
-        return next((use.origin.key for use in cells if _named(use.pattern, path) in (named - {"primitive"} if early
-                                                                               else named)
+        # a named primitive's output is rebuilt where the family's model recomputes single primitives; what
+        # the backward runs early is not rebuilt by it
+        kinds = ("cell", "primitive") if primitive_recompute and not early else ("cell",)
+        return next((use.origin.key for use in cells if _named(use.pattern, path) in kinds
                      and not (output_of and _named(use.pattern, output_of) == "primitive")), None)
 
     return recomputed_by, notes

@@ -27,8 +27,8 @@ from ...estimate.cpu_step import (
     EARLY_VOCABULARY,
     WeightCopies,
     gradients_after,
-    held_bytes,
     held_in_backward,
+    held_in_mlp_backward,
     optimizer_steps,
     rebuilds,
     vocabulary_params,
@@ -61,7 +61,8 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
             "weight copies": sum(copies.backward[:index + 1]),
             "gradients so far": gradients_after(model, index, len(effects)),
             "model-level tensors": 2 * model.compute_bytes * dim.bsh_full + tables,
-            "layer working set": _held_in_mlp_backward(effects[index]) + 2 * FP32 * dim.bsf + copies.late[index]
+            "layer working set": held_in_mlp_backward(effects[index], _NORMS, ("attention.",))
+                                 + 2 * FP32 * dim.bsf + copies.late[index]
                                  + effects[index].backward_extra}))
         candidates.append(_attention_backward(model, effects, index, kept, copies, tables))
     early = {EARLY_VOCABULARY: FP32 * vocabulary_params(model)}
@@ -129,16 +130,6 @@ def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int
         "layer working set": attention + working * dim.scores + copies.late[index]})
 
 
-def _held_in_mlp_backward(effect: LayerEffect) -> int:
-    """A layer's tensors while its MLP backward runs. A recomputed attention cell is rebuilt when the
-    gradient reaches it, after the MLP backward, unless the recompute spans the whole layer (its norms
-    are rebuilt too: one segment, rebuilt at the start of the layer's backward) (traces of k07, p5)."""
-    if rebuilds(effect, "attention_norm.", "ffn_norm."):
-        return held_in_backward(effect)
-    return sum(held_bytes(item) for item in effect.tensors
-               if not (item.fate == "recomputed" and item.saved.path.startswith("attention.")))
-
-
 def _rerun(path: str, effect: LayerEffect) -> bool:
     """Whether the backward runs this Linear again. A recompute re-runs only what some backward op
     reads: w2's output feeds only the residual add, so w2 never runs again; wo's output is read
@@ -151,6 +142,7 @@ def _rerun(path: str, effect: LayerEffect) -> bool:
     return True
 
 
+_NORMS = ("attention_norm.", "ffn_norm.")
 _LINEAR_OPS = ("attention.wq.matmul", "attention.wk.matmul", "attention.wv.matmul", "attention.wo.matmul",
                "feed_forward.w1.matmul", "feed_forward.w2.matmul", "feed_forward.w3.matmul")
 

@@ -2,12 +2,9 @@
 
 The same runtime as the legacy Llama's (`models/llama/cpu_memory.py`), so nearly the same moments:
 the end of the forward (the loss), the backward of each layer's MLP and of its attention, and the
-optimizer (`estimate/cpu_step.py`). Not modelled: the last layer's MLP in the forward of a
-float16-compute model, whose weight casts are made just before their matmul (the sweep's c26 peaks
-there, 4.8% above the estimate); the planner's search has no term for a moment whose weight copies
-depend on the layers after it. What differs is the layer
-(`inventory.py`), the fused linears (linear_qkv, linear_fc1), and the model-level tensors, read off
-the allocation logs of float32 and float16-compute Qwen3 and TeleChat3 layers:
+optimizer (`estimate/cpu_step.py`). What differs is the layer (`inventory.py`), the fused linears
+(linear_qkv, linear_fc1), and the model-level tensors, read off the allocation logs of float32 and
+float16-compute Qwen3 and TeleChat3 layers:
 
 * the loss holds five b*s*v tensors (the one-hot labels as int32, the float32 logits' cast, the
   log-softmax's difference, its exponential and the product);
@@ -16,6 +13,10 @@ the allocation logs of float32 and float16-compute Qwen3 and TeleChat3 layers:
 * the cos/sin tables (s x head_dim, float32);
 * the final norm keeps x*rstd, its output and the early 2*x; the embedding output is kept as the
   first norm's input (float32 compute).
+
+Not modelled: the last layer's MLP in the forward of a float16-compute model, whose weight casts are
+made just before their matmul (the sweep's c26 peaks there, 4.8% above the estimate); the planner's
+search has no term for a moment whose weight copies depend on the layers after it.
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ from ...estimate.cpu_step import (
     EARLY_VOCABULARY,
     WeightCopies,
     gradients_after,
-    held_bytes,
     held_in_backward,
+    held_in_mlp_backward,
     optimizer_steps,
     rebuilds,
-    vocabulary_params,
+    stage_params,
     weight_copies,
 )
 from ...estimate.effects import LayerEffect
@@ -39,6 +40,7 @@ from ...estimate.spec import ModelSpec, ParallelSpec
 _QKV, _PROJ = "self_attention.linear_qkv.matmul", "self_attention.linear_proj.matmul"
 _FC1, _FC2 = "mlp.linear_fc1.matmul", "mlp.linear_fc2.matmul"
 _ATTENTION = ("self_attention.", "input_layernorm.")
+_NORMS = ("input_layernorm.", "pre_mlp_layernorm.")
 
 
 def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StagePeak]:
@@ -58,7 +60,8 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
             "weight copies": sum(copies.backward[:index + 1]),
             "gradients so far": gradients_after(model, index, len(effects)),
             "model-level tensors": 2 * FP32 * dim.bsh_full + tables,
-            "layer working set": _held_in_mlp_backward(effects[index]) + 2 * FP32 * dim.bsf + copies.late[index]
+            "layer working set": held_in_mlp_backward(effects[index], _NORMS, _ATTENTION)
+                                 + 2 * FP32 * dim.bsf + copies.late[index]
                                  + effects[index].backward_extra}))
         candidates.append(_attention_backward(model, effects, index, kept, copies, tables))
     # AdamW's early decayed copy: two vocabulary-sized products even when the embeddings are tied (one matrix
@@ -81,9 +84,8 @@ def _mixed_optimizer(model: ModelSpec, layers: int, early: dict[str, int]) -> li
     output (two float32 tensors, as in `optimizer_steps`), and one more float32 tensor of the largest weight,
     vocabulary matrices included, the update being finished (memory-pool traces of the sweep's c05, c07 and c19;
     the Llama's rule, two of the largest decoder weight, over-estimates these by 4-5%)."""
-    params = layers * model.layer_params + model.hidden + vocabulary_params(model)
     return [StagePeak(kind="optimizer step", components={
-        "optimizer working set": 2 * FP32 * params,
+        "optimizer working set": 2 * FP32 * stage_params(model, layers),
         "update being finished": FP32 * max(*model.layer_param_list(), model.vocab * model.hidden), **early})]
 
 
@@ -134,12 +136,3 @@ def _forward_model_level(model: ModelSpec) -> int:
     if model.compute_bytes == FP32:
         return FP32 * bsh + 3 * FP32 * bsh          # embedding; x*rstd, output, early 2*x
     return (3 * FP32 + model.compute_bytes + FP32) * bsh   # input cast, x*rstd, 2*x, output (c), its float32 copy
-
-
-def _held_in_mlp_backward(effect: LayerEffect) -> int:
-    """A layer's tensors while its MLP backward runs: a recomputed attention is rebuilt after the MLP backward,
-    unless the recompute spans the whole layer (its norms are rebuilt too, at the start of the layer's backward)."""
-    if rebuilds(effect, "input_layernorm.", "pre_mlp_layernorm."):
-        return held_in_backward(effect)
-    return sum(held_bytes(item) for item in effect.tensors
-               if not (item.fate == "recomputed" and item.saved.path.startswith(_ATTENTION)))
