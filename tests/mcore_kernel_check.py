@@ -13,6 +13,10 @@ process-wide context to mcore, which the other tests must not inherit.
    GQA, QK RMSNorm with non-unit weights, rotary embedding, the model's own causal mask, the FlashAttention
    cell with the stand-in, output projection) against a NumPy forward from its weights, and its input and
    weight gradients against central differences of that forward along a random direction.
+4. A whole Qwen3-MoE `mlp` (MoELayer of a one-layer model built by MindFormers: softmax router, top-2 of 4
+   experts, normalised and scaled gates, the gbs aux loss with its accumulated counts, the experts' dispatcher
+   and grouped matmuls and Swiglu on their stand-ins) against a NumPy MoE that routes each token sparsely: the
+   output, the aux loss, and the gradients of input, router and expert weights along random directions.
 """
 
 from __future__ import annotations
@@ -172,8 +176,9 @@ def check_attention(layout, sparse_mode, mask_form, s1=32, s2=32, b=2, n1=4, n2=
 _WORK = tempfile.TemporaryDirectory(prefix="mf_memopt_check_")   # removed when the check ends
 
 
-def _qwen3_layer():
-    """A one-layer Qwen3 built by MindFormers (hidden 64, 4 heads over 2 KV heads of 16, seq 32), stand-ins on."""
+def _qwen3_layer(**model):
+    """A one-layer Qwen3 built by MindFormers (hidden 64, 4 heads over 2 KV heads of 16, seq 32), stand-ins on;
+    `model` overrides model_config keys (a Qwen3-MoE with them)."""
     from mindformers import build_context
     from mindformers.core.parallel_config import build_parallel_config
     from mindformers.models.build_model import build_network
@@ -186,7 +191,7 @@ def _qwen3_layer():
         "use_parallel": False, "context": {"mode": 0, "device_target": "CPU"}, "parallel": {"parallel_mode": 0},
         "parallel_config": {"data_parallel": 1, "model_parallel": 1, "pipeline_stage": 1},
         "model": {"model_config": {**_TINY, "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
-                                   "qk_layernorm": True, "rope_theta": 1000000.0}}})
+                                   "qk_layernorm": True, "rope_theta": 1000000.0, **model}}})
     build_context(config)
     build_parallel_config(config)
     network = build_network(config.model, default_args={"parallel_config": config.parallel_config,
@@ -266,6 +271,90 @@ def check_self_attention() -> None:
         RESULTS[f"Qwen3 self-attention: {name} (relative)"] = [abs(directional - numeric) / abs(numeric), 2e-2]
 
 
+def np_moe(x, router_w, w1, w2, *, topk, scaling, normalize, aux_coeff, fi_accu):
+    """MindFormers' MoELayer (softmax TopKRouter, gbs_aux_loss; alltoall dispatcher and grouped matmuls) in NumPy:
+    x (N, h) -> out (N, h) and the aux loss."""
+    experts = router_w.shape[0]
+    logits = x @ router_w.T
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    index = np.argsort(-probs, -1, kind="stable")[:, :topk]
+    gate = np.take_along_axis(probs, index, -1)
+    if normalize and topk > 1:
+        gate = gate / (gate.sum(-1, keepdims=True) + 1e-20)
+    gate = scaling * gate
+    h, f = x.shape[1], w2.shape[0] // experts
+    w1, w2 = w1.reshape(experts, h, 2 * f), w2.reshape(experts, f, h)
+    out = np.zeros_like(x)
+    for n in range(x.shape[0]):
+        for j in range(topk):
+            e = index[n, j]
+            a, b = np.split(x[n] @ w1[e], 2)
+            out[n] += gate[n, j] * ((a / (1 + np.exp(-a)) * b) @ w2[e])
+    pi = probs.mean(0)
+    fi = np.bincount(index.reshape(-1), minlength=experts) / index.size
+    accumulated = fi_accu + fi
+    aux = np.mean(pi * accumulated / accumulated.sum()) * aux_coeff * experts ** 2
+    return out, aux
+
+
+def check_moe_layer() -> None:
+    """A Qwen3-MoE layer's `mlp` (router, TopkExt, the experts' dispatcher and grouped matmuls, Swiglu, on their
+    stand-ins) against `np_moe`: output, aux loss, and the gradients of sum(out * dy) + aux loss."""
+    settings = {"topk": 2, "scaling": 1.5, "normalize": True, "aux_coeff": 0.01}
+    network = _qwen3_layer(model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"], hidden_act="silu",
+                           num_experts=4, num_experts_per_tok=settings["topk"], moe_intermediate_size=32,
+                           router_dense_type="float32", norm_topk_prob=True, moe_grouped_gemm=True,
+                           routed_scaling_factor=settings["scaling"], moe_aux_loss_coeff=settings["aux_coeff"],
+                           moe_router_load_balancing_type="gbs_aux_loss")
+    moe = network.model.decoder.layers[0].mlp
+    s, b, h = 32, 2, 64
+
+    class Block(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.moe = moe
+
+        def construct(self, hidden, dy):
+            out, _, aux = self.moe(hidden)
+            return ops.reduce_sum(out * dy) + aux, out, aux
+
+    block = Block()
+    block.set_train(True)
+    x = RNG.standard_normal((s, b, h)).astype(np.float32)
+    dy = RNG.standard_normal((s, b, h)).astype(np.float32)
+    moe.router.weight.set_data(Tensor(RNG.standard_normal(moe.router.weight.shape).astype(np.float32)))
+    parameters = [moe.router.weight, moe.experts.weight1, moe.experts.weight2]
+    base = [x.astype(np.float64), *(p.asnumpy().astype(np.float64) for p in parameters)]
+
+    def tokens(a):                 # (S, B, h) -> (B*S, h): the layer routes tokens batch-major
+        return a.transpose(1, 0, 2).reshape(-1, h)
+
+    def objective(hidden, router_w, w1, w2, fi_accu):
+        out, aux = np_moe(tokens(hidden), router_w, w1, w2, fi_accu=fi_accu, **settings)
+        return np.sum(out * tokens(dy.astype(np.float64))) + aux, out, aux
+
+    fi_accu = np.zeros(4)
+    moe.router.fi_accu.set_data(Tensor(fi_accu.astype(np.float32)))
+    _, out, aux = block(Tensor(x), Tensor(dy))
+    _, want_out, want_aux = objective(*base, fi_accu)
+    report("Qwen3-MoE layer: out", tokens(out.asnumpy()), want_out, 5e-5)
+    report("Qwen3-MoE layer: aux loss", aux.asnumpy(), want_aux, 1e-6)
+    # the gbs aux loss accumulates expert counts across steps (fi_accu): the second step reads the first's
+    fi_accu = moe.router.fi_accu.asnumpy().astype(np.float64)
+    grad = ops.GradOperation(get_all=True, get_by_list=True)(_Output(block, 0), ms.ParameterTuple(parameters))
+    (dx, _), weight_grads = grad(Tensor(x), Tensor(dy))
+    analytic = [dx.asnumpy(), *(g.asnumpy() for g in weight_grads)]
+    for index, name in enumerate(["d input", "d router.weight", "d experts.weight1", "d experts.weight2"]):
+        direction = RNG.standard_normal(base[index].shape)
+        step = 1e-4 * np.linalg.norm(base[index]) / np.linalg.norm(direction)
+        plus, minus = list(base), list(base)
+        plus[index], minus[index] = base[index] + step * direction, base[index] - step * direction
+        numeric = (objective(*plus, fi_accu)[0] - objective(*minus, fi_accu)[0]) / (2 * step)
+        directional = float(np.sum(analytic[index].astype(np.float64) * direction))
+        RESULTS[f"Qwen3-MoE layer: {name} (relative)"] = [abs(directional - numeric) / abs(numeric), 1e-3]
+
+
 def main() -> int:
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
@@ -278,6 +367,7 @@ def main() -> int:
     check_attention("BNSD", 0, "S,S", n1=4, n2=1)
     check_attention("BNSD", 0, "S,S", n1=4, n2=4)
     check_self_attention()
+    check_moe_layer()
     print(json.dumps(RESULTS))
     return 0
 

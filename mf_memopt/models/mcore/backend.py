@@ -45,10 +45,10 @@ def backend_issues(model_config: Mapping[str, Any] | None, device_target: str,
         issues.append(issue_at(source, (*MODEL, "architectures"), f"MindFormers 1.9 does not train {arch.name} "
                                "(NotImplementedError in train mode)", "train Qwen3 or TeleChat3 (mcore), or a legacy "
                                "model"))
-    if arch is not None and arch.moe and device_target != "Ascend":
+    if arch is not None and arch.moe and device_target not in ("Ascend", "CPU"):
         issues.append(issue_at(source, (*MODEL, "architectures"), f"{arch.name}'s MoE layers need TopkExt, "
-                               f"GroupedMatmul and other kernels {device_target} does not have",
-                               "train MoE models on Ascend"))
+                               f"GroupedMatmul and other kernels {device_target} does not have (mf_memopt has CPU "
+                               "stand-ins for them)", "train MoE models on Ascend, or on CPU"))
     if device_target != "CPU":
         return issues
     for key, default in DTYPE_DEFAULTS.items():
@@ -97,7 +97,8 @@ def after_build(network: Any, config: Any, device_target: str, log: Callable[[st
     counts: dict[tuple[str, str], int] = {}
     for _, primitive, stand_in in replaced:
         counts[(primitive, stand_in)] = counts.get((primitive, stand_in), 0) + 1
-    log(f"{device_target} has no kernel for {', '.join(primitive for primitive, _ in counts)}: replaced by "
+    log(f"{device_target} has no kernel for {', '.join(dict.fromkeys(primitive for primitive, _ in counts))}: "
+        "replaced by "
         f"stand-ins under the same names ({', '.join(f'{n} {stand_in}' for (_, stand_in), n in counts.items())})")
     return [path for path, _, _ in replaced]
 

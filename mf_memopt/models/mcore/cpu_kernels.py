@@ -257,7 +257,9 @@ def _stand_in(owner: Any, name: str, primitive: Any, path: str) -> nn.Cell | Non
         if getattr(owner, "enable_embedding_tp", False) or getattr(owner, "sequence_parallel", False):
             raise ValueError(f"{path}: an embedding split by tensor or sequence parallelism has no CPU stand-in")
         return CPUEmbeddingLookup()
-    return None
+    from .moe_kernels import moe_stand_in
+
+    return moe_stand_in(owner, name, primitive, path)
 
 
 def replace_cpu_kernels(network: Any) -> list[tuple[str, str, str]]:
