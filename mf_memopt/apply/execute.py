@@ -55,6 +55,7 @@ def apply_plan(plan: Plan, model_or_layers: Any, *, device_target: str | None = 
     layers = find_layers(model_or_layers, plan)
     issues: list[ConfigIssue] = []
     family = plan.family
+    shared = family.unshare(layers)
     per_layer = [layer_actions(layer_plan, layer, plan.rules.options, family, plan.file, issues)
                  for layer_plan, layer in zip(plan.layers, layers)]
     compression = family.compression if any(layer_plan.op_compress for layer_plan in plan.layers) else None
@@ -67,6 +68,10 @@ def apply_plan(plan: Plan, model_or_layers: Any, *, device_target: str | None = 
     lines += _log([warning.render() for warning in plan.warnings], logging.WARNING)
     lines += _log([issue.render() for issue in merge_layers(issues) if issue not in plan.warnings], logging.WARNING)
     lines += _log([f"Resolved: {conflict.message()}" for conflict in plan.conflicts])
+    if shared:
+        lines += _log([f"MindFormers shares {len(shared)} operator object(s) between the decoder layers "
+                       f"({', '.join(shared)}): each layer now has its own copy, so that a mark set for one layer "
+                       "stays in that layer"])
     preset = tuple(mark for index, layer in enumerate(layers) for mark in _preset(index, layer))
     install([action for actions in compressed for action in actions], compression)
     for actions, compress in zip(per_layer, compressed):

@@ -25,9 +25,12 @@ DEFAULT_COMM = r".*\.norm"
 # MindFormers' default swap pattern is `.*\.flash_attention`, which names nothing in an mcore layer (the primitive
 # is one level deeper). mf_memopt's default strategy swaps what it means: the flash attention's output.
 DEFAULT_SWAP = r"self_attention\.core_attention\.flash_attention"
+_MOE_HINT = ("an MoE layer's mlp is MindFormers' MoELayer (router, experts): name mlp.experts, mlp.router or mlp "
+             "(the experts' activation is mlp.experts.swiglu)")
 _PATTERN_HINTS = {
     r"mlp\.mul": "MindFormers' default pattern mlp\\.mul names MLPInterleaved's `mul`, which a SwiGlu MLP never "
-                 "runs (SwiGlu multiplies in its own mlp.activation_func.mul)",
+                 "runs (SwiGlu multiplies in its own mlp.activation_func.mul); " + _MOE_HINT,
+    r"mlp\.activation_func\.silu": "the default pattern names a dense MLP's SiLU; " + _MOE_HINT,
     r"mlp\.shared_experts\.mul": "the default shared-experts patterns name cells only MoE models with shared "
                                  "experts have",
     r"mlp\.shared_experts\.activation_func\.silu": "the default shared-experts patterns name cells only MoE models "
@@ -65,6 +68,11 @@ class McoreFamily(ModelFamily):
         from .checks import swap_scope_issues
 
         return swap_scope_issues(source)
+
+    def unshare(self, layers: list) -> list[str]:
+        from .backend import unshare_primitives
+
+        return unshare_primitives(layers)
 
     def pattern_hint(self, pattern: str) -> str | None:
         return _PATTERN_HINTS.get(pattern)

@@ -22,6 +22,7 @@ from ...config.errors import ConfigIssue
 from ...config.source import Source, issue_at
 from .keys import ARCHITECTURES, DTYPE_DEFAULTS, MODEL, SWAP_KEYS
 
+PLAN_MARKS = ("recompute", "recompute_comm_op", "offload", "backward_prefetch")   # what a memory plan sets
 RECOMPUTE_OFF = {"recompute": False, "select_recompute": False, "select_comm_recompute": False,
                  "select_recompute_exclude": False, "select_comm_recompute_exclude": False,
                  "parallel_optimizer_comm_recompute": False, "mp_comm_recompute": False,
@@ -101,6 +102,40 @@ def after_build(network: Any, config: Any, device_target: str, log: Callable[[st
         "replaced by "
         f"stand-ins under the same names ({', '.join(f'{n} {stand_in}' for (_, stand_in), n in counts.items())})")
     return [path for path, _, _ in replaced]
+
+
+def unshare_primitives(layers: list[Any]) -> list[str]:
+    """Give every decoder layer its own copy of an operator object MindFormers shares between layers; the layer-
+    relative paths of the shared ones.
+
+    MindFormers' TopKRouter takes its gating activation from a module-level table (`GATING_ACTIVATION`), so the
+    routers of every MoE layer, of every model built in the process, hold one Softmax (or Sigmoid) object: a mark
+    set on one layer's marks them all, and stays for the next model built (and MindFormers' own LayerSetting stops
+    with "'bool' object is not callable" when a pattern names it in a second layer, the first mark having replaced
+    the primitive's `recompute` method by its value). Every layer gets a copy without the marks a plan sets, the
+    first layer included, so that nothing marked before this build, or by this model's plan, is shared."""
+    import copy
+
+    seen: dict[int, list[tuple[Any, str, str]]] = {}
+    for layer in layers:
+        for path, cell in layer.cells_and_names():
+            for name, primitive in cell._primitives.items():
+                if primitive is not None:
+                    seen.setdefault(id(primitive), []).append((cell, name, f"{path}.{name}" if path else name))
+    found: list[str] = []
+    for owners in seen.values():
+        if len(owners) < 2:
+            continue
+        for cell, name, relative in owners:
+            own = copy.deepcopy(cell._primitives[name])
+            for mark in PLAN_MARKS:
+                if mark in own.attrs:
+                    own.del_prim_attr(mark)
+                vars(own).pop(mark, None)       # add_prim_attr also set it as an attribute (`recompute` shadowed)
+            setattr(cell, name, own)
+            if relative not in found:
+                found.append(relative)
+    return found
 
 
 def own_marks(network: Any) -> list[str]:

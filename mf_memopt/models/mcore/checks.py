@@ -27,6 +27,39 @@ def model_issues(source: Source) -> list[ConfigIssue]:
         if value and tp and value % tp:
             issues.append(source.issue(_TP, f"{name} ({value}) is not a multiple of model_parallel ({tp})",
                                        "MindFormers splits the attention heads evenly over model_parallel"))
+    return issues + _moe_issues(source)
+
+
+def _moe_issues(source: Source) -> list[ConfigIssue]:
+    """MindFormers' TransformerConfig checks of an MoE model's keys (raised while it builds the model)."""
+    arch, _ = architecture(source)
+    if arch is None or not arch.moe:
+        return []
+    issues = []
+    experts, top_k = _count(model_value(source, "num_experts")), _count(model_value(source, "num_experts_per_tok"))
+    layers, dense = _count(model_value(source, "num_hidden_layers")), model_value(source, "first_k_dense_replace")
+    if experts and top_k and top_k > experts:
+        issues.append(source.issue((*MODEL, "num_experts_per_tok"), f"each token is routed to {top_k} experts, but "
+                                   f"the model has {experts}", "num_experts_per_tok must be at most num_experts"))
+    if layers and type(dense) is int and dense > layers:
+        issues.append(source.issue((*MODEL, "first_k_dense_replace"), f"{dense} dense layers asked, but the model "
+                                   f"has {layers}", "first_k_dense_replace must be at most num_hidden_layers"))
+    score = model_value(source, "moe_router_score_function") or model_value(source, "scoring_func") or "softmax"
+    softmax = score == "softmax"
+    if top_k == 1 and softmax and not source.get((*MODEL, "moe_router_pre_softmax")):
+        # a softmax over the one chosen expert's score would be 1, with a zero gradient
+        issues.append(source.issue((*MODEL, "num_experts_per_tok"), "one expert per token with the softmax router "
+                                   "needs the softmax before the top-k (MindFormers stops: \"Please use "
+                                   "--moe-router-pre-softmax when topk is 1\")",
+                                   "set model_config.moe_router_pre_softmax: True"))
+    if source.get((*MODEL, "add_bias_linear")) is True:
+        issues.append(source.issue((*MODEL, "add_bias_linear"), "MindFormers' MoE layers have no linear biases "
+                                   "(it stops: \"Bias is not supported for MoE\")", "set add_bias_linear: False"))
+    ep = _count(source.get(("parallel_config", "expert_parallel"), 1))
+    if experts and ep and experts % ep:
+        issues.append(source.issue(("parallel_config", "expert_parallel"), f"num_experts ({experts}) is not a "
+                                   f"multiple of expert_parallel ({ep})",
+                                   "MindFormers places the same number of experts on each expert-parallel rank"))
     return issues
 
 

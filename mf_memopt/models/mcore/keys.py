@@ -43,6 +43,9 @@ ALIASES = {
     "pp_interleave_num": ("virtual_pipeline_model_parallel_size",),
     "num_nextn_predict_layers": ("mtp_depth", "mtp_num_layers"),
     "num_experts": ("expert_num", "n_routed_experts", "num_moe_experts"),
+    "num_experts_per_tok": ("moe_router_topk",),
+    "moe_intermediate_size": ("moe_ffn_hidden_size",),
+    "n_shared_experts": ("shared_expert_num",),
 }
 # TransformerConfig's dtype defaults (MindFormers 1.9), for keys the YAML leaves out
 DTYPE_DEFAULTS = {"params_dtype": "float32", "compute_dtype": "bfloat16", "layernorm_compute_dtype": "float32",
@@ -58,6 +61,7 @@ class Architecture:
     trains: bool                # MindFormers builds it in train mode (others raise NotImplementedError)
     moe: bool
     defaults: dict[str, Any]    # the config class's defaults of the keys mf_memopt reads
+    own_names: tuple[tuple[str, str], ...] = ()   # (key mf_memopt reads, the config class's own name for it)
 
 
 _HF = {"hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32, "num_attention_heads": 32,
@@ -66,9 +70,21 @@ ARCHITECTURES = {arch.name: arch for arch in (
     Architecture("Qwen3ForCausalLM", "qwen3", True, False, {**_HF, "vocab_size": 151936, "qk_layernorm": True}),
     Architecture("TeleChat3ForCausalLM", "telechat3", True, False, {**_HF, "vocab_size": 131072,
                                                                      "qk_layernorm": False}),
-    Architecture("Qwen3MoeForCausalLM", "qwen3_moe", True, True, {}),
-    Architecture("DeepseekV3ForCausalLM", "deepseek_v3", True, True, {}),
-    Architecture("TeleChat3MoeForCausalLM", "telechat3_moe", True, True, {}),
+    Architecture("Qwen3MoeForCausalLM", "qwen3_moe", True, True, {
+        **_HF, "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 24,
+        "num_key_value_heads": 4, "qk_layernorm": True, "num_experts": 128, "num_experts_per_tok": 8,
+        "moe_intermediate_size": 768, "n_shared_experts": 0, "first_k_dense_replace": 0}),
+    Architecture("DeepseekV3ForCausalLM", "deepseek_v3", True, True, {
+        **_HF, "vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432, "num_hidden_layers": 61,
+        "num_attention_heads": 128, "num_key_value_heads": 128, "qk_layernorm": False, "num_experts": 256,
+        "num_experts_per_tok": 8, "moe_intermediate_size": 2048, "n_shared_experts": 1, "first_k_dense_replace": 3,
+        "num_nextn_predict_layers": 1, "q_lora_rank": 1536, "kv_lora_rank": 512, "scoring_func": "sigmoid"},
+        (("num_experts", "n_routed_experts"),)),
+    Architecture("TeleChat3MoeForCausalLM", "telechat3_moe", True, True, {
+        **_HF, "vocab_size": 131072, "hidden_size": 2560, "intermediate_size": 7680, "num_hidden_layers": 4,
+        "qk_layernorm": False, "num_experts": 192, "num_experts_per_tok": 8, "moe_intermediate_size": 1536,
+        "n_shared_experts": 1, "first_k_dense_replace": 3, "num_nextn_predict_layers": 1, "q_lora_rank": 1536,
+        "kv_lora_rank": 512, "scoring_func": "sigmoid"}, (("num_experts", "n_routed_experts"),)),
     Architecture("Qwen2ForCausalLM", "qwen2", False, False, {}),
     Architecture("Glm4ForCausalLM", "glm4", False, False, {}),
     Architecture("Glm4MoeForCausalLM", "glm4_moe", False, True, {}),
@@ -115,7 +131,7 @@ def mcore_view(source: Source) -> tuple[Source, list[ConfigIssue]]:
                                        f"keep only {key}"))
         elif written and written[0] != key:
             alias = written[0]
-            if arch is not None and key in arch.defaults:
+            if arch is not None and key in arch.defaults and dict(arch.own_names).get(key) != alias:
                 issues.append(source.issue((*MODEL, alias), f"`{alias}` conflicts with `{key}`, which "
                                            f"{arch.name}'s config always sets (default {arch.defaults[key]}): "
                                            "MindFormers stops its build (Mapping Conflicts)", f"rename it to {key}"))

@@ -3,8 +3,9 @@
 MindFormers 1.9 builds every dense layer of an architecture from one fixed layer spec: the YAML's
 keys change sizes, not cells (Qwen3 always has q_layernorm and k_layernorm, TeleChat3 never). So one
 recorded layer per architecture, from a tiny model built with MindFormers 1.9, is what `validate`
-matches against. MoE architectures are not recorded: their patterns are checked when the model is
-built.
+matches against. Qwen3-MoE's layers are all alike too (router and experts, no shared experts); the
+MoE models whose first layers are dense and whose attention is multi-latent (DeepSeek-V3,
+TeleChat3-MoE) are not recorded: their patterns are checked when the model is built.
 
     python -m mf_memopt.models.mcore.layers     # records layers.json again (needs MindFormers)
 """
@@ -23,6 +24,9 @@ from ...config.tree import RecordedCell
 from .keys import ARCHITECTURES, architecture
 
 LAYERS = Path(__file__).with_name("layers.json")
+RECORDED = ("Qwen3ForCausalLM", "TeleChat3ForCausalLM", "Qwen3MoeForCausalLM")
+_TINY_MOE = {"hidden_act": "silu", "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+             "router_dense_type": "float32", "moe_grouped_gemm": True}
 _TINY = {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
          "head_dim": 16, "intermediate_size": 128, "vocab_size": 128, "seq_length": 32,
          "max_position_embeddings": 32, "hidden_act": "swiglu", "add_bias_linear": False, "qkv_concat": True,
@@ -57,7 +61,8 @@ def record_architecture(name: str) -> dict:
             "use_legacy": False, "run_mode": "train", "output_dir": tmp, "use_parallel": False,
             "context": {"mode": 0, "device_target": "CPU"}, "parallel": {"parallel_mode": 0},
             "parallel_config": {"data_parallel": 1, "model_parallel": 1, "pipeline_stage": 1},
-            "model": {"model_config": {**_TINY, "model_type": arch.model_type, "architectures": [name],
+            "model": {"model_config": {**_TINY, **(_TINY_MOE if arch.moe else {}), "model_type": arch.model_type,
+                                       "architectures": [name],
                                        "qk_layernorm": arch.defaults.get("qk_layernorm", False)}}})
         build_context(config)
         build_parallel_config(config)
@@ -69,7 +74,7 @@ def record_architecture(name: str) -> dict:
 
 
 def record_all() -> dict[str, Any]:
-    return {name: record_architecture(name) for name, arch in ARCHITECTURES.items() if arch.trains and not arch.moe}
+    return {name: record_architecture(name) for name in RECORDED}
 
 
 if __name__ == "__main__":

@@ -1,0 +1,103 @@
+"""A tiny Qwen3-MoE (router, 4 experts, top-2) built twice per case: MindFormers applying the sections itself (its
+mcore LayerSetting) and mf_memopt applying its plan (`mcore_differential.py --model qwen3_moe`, in a child
+process). Every cell and primitive of the decoder layers carries the same marks, except where MindFormers'
+handling goes wrong; those cases assert what it does and what mf_memopt does instead."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.mindspore
+
+ROOT = Path(__file__).resolve().parents[1]
+# The cases MindFormers handles as mf_memopt does, then the ones it does not. The order matters for MindFormers'
+# side: its routers share one gating-activation object across every model of the process, so a mark it sets on
+# it in one case is still there in the next build.
+SAME = ("full recompute of every layer", "full recompute by per-stage count",
+        "select recompute of the router and the experts", "select recompute of MoE operators by dict",
+        "exclude the router inside a recomputed MoE block", "comm recompute")
+SWAP = ("op swap of the experts", "layer swap")
+STOPS = ("select recompute of the routers' gating activation", "select recompute of the experts' Swiglu")
+LAYERS = range(4)
+# the marks MindFormers' MoE cells set themselves: the experts' Swiglu and the QKV reshape recomputed, and the
+# router's top-k and aux-loss bookkeeping never recomputed
+OWN = {**{f"layers.{i}.{path}": {"recompute": True} for i in LAYERS
+          for path in ("self_attention.linear_qkv.reshape", "mlp.experts.swiglu")},
+       **{f"layers.{i}.mlp.router.{name}": {"recompute": False} for i in LAYERS
+          for name in ("topk", "reduce_mean_dp", "mul_dp", "assignadd", "div", "sum_accu", "add_accu")}}
+
+
+@cache
+def _results() -> dict:
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "mcore_differential.py"), "--model", "qwen3_moe",
+                           *SAME, *SWAP, *STOPS], capture_output=True, text=True, timeout=900, cwd=ROOT,
+                          env={**os.environ, "GLOG_v": "3"})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])["qwen3_moe"]
+
+
+@pytest.mark.parametrize("name", SAME)
+def test_same_marks_as_mindformers(name):
+    result = _results()[name]
+    assert result["off"] == OWN, "with MindFormers' handling off, only the marks its cells set themselves remain"
+    assert set(result["theirs"]) - set(OWN), "the case must set something"
+    assert result["ours"] == result["theirs"]
+
+
+def _gating(marks: dict) -> dict:
+    return {path: value for path, value in marks.items() if path.endswith("router.gating_activation")}
+
+
+def test_a_swapped_router_activation_stays_in_its_layer():
+    """op_swap names the router's gating activation in layer 1. MindFormers' routers share one Softmax object
+    (a module-level table), so its offload reaches every layer; mf_memopt gives each layer its own copy first."""
+    result = _results()["op swap of the experts"]
+    assert _gating(result["theirs"]) == {f"layers.{i}.mlp.router.gating_activation":
+                                         {"offload": True, "backward_prefetch": 3} for i in LAYERS}
+    assert _gating(result["ours"]) == {"layers.1.mlp.router.gating_activation": {"offload": True,
+                                                                                 "backward_prefetch": 3}}
+    # the experts' own marks: both offload the experts of layers 0 and 2; MindFormers also offloads the Swiglu it
+    # recomputes itself, whose output is not kept (rule 3)
+    for i in (0, 2):
+        assert result["theirs"][f"layers.{i}.mlp.experts.swiglu"] == {"recompute": True, "offload": True,
+                                                                      "backward_prefetch": 5}
+        assert result["ours"][f"layers.{i}.mlp.experts.swiglu"] == {"recompute": True}
+        assert result["ours"][f"layers.{i}.mlp.experts.morphed_forward"] == {"offload": True,
+                                                                             "backward_prefetch": 5}
+    rest = {path for path in set(result["theirs"]) | set(result["ours"])
+            if not path.endswith(("gating_activation", "experts.swiglu"))}
+    assert {path: result["ours"].get(path) for path in rest} == {path: result["theirs"].get(path) for path in rest}
+
+
+def test_layer_swap_offloads_the_router_activation_of_the_swapped_layers_only():
+    result = _results()["layer swap"]
+    assert set(_gating(result["theirs"])) == {f"layers.{i}.mlp.router.gating_activation" for i in LAYERS}
+    assert set(_gating(result["ours"])) == {f"layers.{i}.mlp.router.gating_activation" for i in (0, 3)}
+    double = {path for path, marks in result["theirs"].items() if marks.get("recompute") is True
+              and marks.get("offload")}
+    assert double and double <= set(OWN)
+    assert all(result["ours"][path] == {"recompute": True} for path in double)
+
+
+@pytest.mark.parametrize("name", STOPS)
+def test_mindformers_stops_on_a_pattern_naming_an_operator_it_marked_before(name):
+    """MindFormers' LayerSetting calls `operator.recompute(True)`, but a primitive marked once has its `recompute`
+    method replaced by the mark's value: a pattern naming the experts' Swiglu (which MindFormers marks itself) or
+    the shared router activation (marked by the first layer) stops the build. mf_memopt marks what is named."""
+    result = _results()[name]
+    assert "'bool' object is not callable" in result["theirs"]["error"]
+    if "gating" in name:                  # count [2]: the first two layers
+        assert _gating(result["ours"]) == {f"layers.{i}.mlp.router.gating_activation": {"recompute": True}
+                                           for i in (0, 1)}
+    else:                                 # already recomputed by MindFormers' own mark: nothing more to set
+        assert result["ours"] == OWN
+        # the shared object still carries what MindFormers set on it in the earlier builds of this process; the
+        # layers' own copies do not
+        assert _gating(result["off"]) and not _gating(result["ours"])
