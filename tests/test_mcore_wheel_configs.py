@@ -60,3 +60,31 @@ def test_without_the_directory_one_error_names_the_file(name):
     (issue,) = error.value.issues
     assert issue.path == "model.model_config"
     assert "the model's shape is left to pretrained_model_dir's" in issue.message and "config.json" in issue.message
+
+
+MOE = {"qwen3_moe/pretrain_qwen3_30b_a3b_4k.yaml": (48, 4)}
+# multi-latent attention, dense first layers and MTP layers: validated and planned, not yet estimated
+MLA = {"deepseek3/pretrain_deepseek3_671b.yaml": (61, 8)}
+
+
+@pytest.mark.parametrize("name", MOE)
+def test_the_wheels_qwen3_moe_yaml_estimates_and_counts_its_experts(name):
+    plan = load_plan(WHEEL / name)
+    assert (plan.num_layers, plan.layout.stages) == MOE[name]
+    estimate = estimate_config(WHEEL / name)
+    model, parallel = estimate.model, estimate.parallel
+    assert (model.experts, model.top_k, model.moe_ffn, parallel.expert) == (128, 8, 768, 4)
+    # each rank holds 128 / 4 experts of each of its 12 layers: more than the attention, the vocabulary aside
+    experts = 12 * model.expert_params // parallel.expert
+    assert experts < estimate.stages[1].parameters < experts * 1.2
+    assert all(0 < stage.peak.peak < 80 * 2**30 for stage in estimate.stages)
+
+
+@pytest.mark.parametrize("name", MLA)
+def test_the_wheels_deepseek_yaml_plans_and_says_what_the_estimate_lacks(name):
+    plan = load_plan(WHEEL / name)
+    assert (plan.num_layers, plan.layout.stages) == MLA[name]
+    with pytest.raises(ConfigError) as error:
+        estimate_config(WHEEL / name)
+    (issue,) = error.value.issues
+    assert "multi-latent attention is not modelled yet" in issue.message

@@ -114,7 +114,7 @@ def auto_plan(config: str | Path, *, budget: int, runtime: str = "ascend", host_
     references = {"nothing": context.estimate_of(context.uniform(KEEP)),
                   "full recompute": context.estimate_of(context.uniform(Choice(full=True)))}
     swap = runtime == "ascend"
-    offered = choices or choice_set(context.plan.family.auto_cells, swap=swap)
+    offered = choices or choice_set(context.cells, swap=swap)
     families = {"counts": [choice for choice in offered if not choice.swaps]}
     if swap and any(choice.swaps for choice in offered):
         families["indices"] = list(offered)
@@ -126,7 +126,7 @@ def auto_plan(config: str | Path, *, budget: int, runtime: str = "ascend", host_
     name, stages = best
     stages, repairs, estimate = _repair(context, families[name], name, stages, target, host_budget)
     final = context.text_of(_assignment(stages), _header(name, budget, host_budget, runtime, stages, estimate,
-                                                         references, context.plan.family.auto_cells, margin))
+                                                         references, context.cells, margin))
     return AutoPlan(config=str(path), runtime=runtime, budget=budget, host_budget=host_budget, family=name,
                     stages=tuple(stages), text=final, estimate=estimate, references=references,
                     empty=empty, repairs=tuple(repairs), margin=margin, target=target)
@@ -141,6 +141,7 @@ class _Context:
     hardware: Hardware
     text: str
     output_name: str
+    cells: AutoCells
     problems: dict[tuple[Choice, ...], list[StageProblem]] = field(default_factory=dict)
 
     @classmethod
@@ -150,7 +151,7 @@ class _Context:
         spec = read_spec(source, plan.family, issues)
         raise_if_errors(issues)
         return cls(source=source, plan=plan, spec=spec, runtime=runtime, hardware=hardware, text=text,
-                   output_name=output_name)
+                   output_name=output_name, cells=plan.family.auto_cells_for(source))
 
     def stage_problems(self, choices: list[Choice]) -> list[StageProblem]:
         key = tuple(choices)
@@ -164,7 +165,7 @@ class _Context:
 
     def text_of(self, assignment: Assignment, header: list[str] | None = None) -> str:
         original = self.source.get(("recompute_config",)) or {}
-        new = sections(assignment, self.plan.layout, original, self.plan.family.auto_cells)
+        new = sections(assignment, self.plan.layout, original, self.cells)
         return replace_sections(self.text, {**new, **self._bases()}, header or [])
 
     def _bases(self) -> dict:
@@ -179,7 +180,7 @@ class _Context:
     def estimate_of(self, assignment: Assignment) -> Estimate:
         """The estimate of the YAML with these sections (built as a mapping: no text round trip)."""
         original = self.source.get(("recompute_config",)) or {}
-        data = {**self.source.data, **sections(assignment, self.plan.layout, original, self.plan.family.auto_cells)}
+        data = {**self.source.data, **sections(assignment, self.plan.layout, original, self.cells)}
         return estimate_source(Source(file=self.output_name, data=data, lines=self.source.lines),
                                runtime=self.runtime, hardware=self.hardware)
 

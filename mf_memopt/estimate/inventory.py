@@ -36,6 +36,7 @@ class Saved:
     role: str | None = None     # a stable id of what it is (`ROLES`), for rules that must not parse `what`
     copies: int = 1             # copies of one tensor in `nbytes` (a float32 copy per reader on CPU)
     never_recomputed: bool = False  # kept whatever the recompute: a cell with its own backward holds it
+    spent_early: bool = False   # gone by the peak of its layer's backward (the first backward ops replace it)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -77,9 +77,10 @@ def in_flight(stage: int, parallel: ParallelSpec, chunks: int) -> float:
 
 def stage_parameters(model: ModelSpec, parallel: ParallelSpec, layers: int, first: bool, last: bool) -> int:
     t = parallel.tensor
-    matrices = model.layer_params - 2 * model.hidden
+    experts = model.expert_params
+    matrices = model.layer_params - 2 * model.hidden - experts
     vocab = model.vocab * model.hidden // (1 if parallel.vocab_emb_dp else t)
-    params = layers * (matrices // t + 2 * model.hidden)
+    params = layers * (matrices // t + experts // parallel.expert + 2 * model.hidden)
     if first:
         params += vocab
     if last:

@@ -23,7 +23,7 @@ DTYPE_ROLES = ("compute", "layernorm", "softmax", "rotary", "param")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpec:
-    """A decoder-only model with gated-MLP layers as the estimator needs it; sizes in elements.
+    """A decoder-only model with gated-MLP or MoE layers as the estimator needs it; sizes in elements.
 
     `dtypes` holds (YAML key, dtype) as the family spells its keys (shown to users); `roles` holds the
     same dtypes by what they type: compute, layernorm, softmax, rotary and param.
@@ -50,11 +50,16 @@ class ModelSpec:
     head_size: int = 0          # the width of one attention head when the model sets it (mcore head_dim)
     qk_norm: bool = False       # an RMSNorm of queries and keys per head (Qwen3): 2 * head_dim weights a layer
     fused_linears: bool = False  # q, k and v in one Linear, and the MLP's gate and up in one (mcore)
+    experts: int = 0            # routed experts of an MoE layer; 0: every layer has a dense MLP
+    top_k: int = 0              # experts each token is routed to
+    moe_ffn: int = 0            # one routed expert's intermediate size
+    shared_ffn: int = 0         # the shared experts' intermediate size, all of them together; 0: none
 
     def to_dict(self) -> dict:
         result = asdict(self)
         del result["roles"]
-        for key, default in (("head_size", 0), ("qk_norm", False), ("fused_linears", False)):  # a family sets them
+        for key, default in (("head_size", 0), ("qk_norm", False), ("fused_linears", False), ("experts", 0),
+                             ("top_k", 0), ("moe_ffn", 0), ("shared_ffn", 0)):  # a family sets them
             if result[key] == default:
                 del result[key]
         return result
@@ -98,9 +103,16 @@ class ModelSpec:
     def layer_param_list(self) -> list[int]:
         """Parameters of one decoder layer in optimizer order: the attention's query, key, value and output
         projections, the MLP's gate, down and up projections, the two norms. With `fused_linears`: the fused
-        query-key-value and output projections, the fused gate-up and down projections, the norms."""
+        query-key-value and output projections, the fused gate-up and down projections, the norms. An MoE layer
+        (`experts`): the fused attention projections, the experts' gate-up and down weights, the router, the shared
+        experts' gate-up and down projections, the norms."""
         d, h, f = self.head_dim, self.hidden, self.ffn
         norms = [h, h, d, d] if self.qk_norm else [h, h]
+        if self.experts:
+            # the routed experts' gate-up and down weights (all experts in one each), the router, the shared experts
+            shared = [2 * h * self.shared_ffn, self.shared_ffn * h] if self.shared_ffn else []
+            return [h * (self.heads + 2 * self.kv_heads) * d, self.heads * d * h, self.experts * h * 2 * self.moe_ffn,
+                    self.experts * self.moe_ffn * h, self.experts * h, *shared, *norms]
         if self.fused_linears:
             return [h * (self.heads + 2 * self.kv_heads) * d, self.heads * d * h, 2 * h * f, f * h, *norms]
         return [h * self.heads * d, h * self.kv_heads * d, h * self.kv_heads * d, self.heads * d * h,
@@ -109,6 +121,11 @@ class ModelSpec:
     @property
     def layer_params(self) -> int:
         return sum(self.layer_param_list())
+
+    @property
+    def expert_params(self) -> int:
+        """The routed experts' weights of one layer (gate-up and down), which expert parallelism splits."""
+        return self.experts * 3 * self.hidden * self.moe_ffn
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -122,6 +139,7 @@ class ParallelSpec:
     vocab_emb_dp: bool = True
     optimizer_shard: bool = False  # parallel.enable_parallel_optimizer: optimizer states split over data parallel
     grad_accumulation: int = 1
+    expert: int = 1             # parallel_config.expert_parallel: each rank holds experts / expert of every MoE layer
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -158,7 +176,7 @@ def _parallel(source: Source) -> ParallelSpec:
         sequence_parallel=bool(config.get("use_seq_parallel", False)), context=config.get("context_parallel", 1),
         vocab_emb_dp=bool(config.get("vocab_emb_dp", True)),
         optimizer_shard=bool(source.get(("parallel", "enable_parallel_optimizer"), False)),
-        grad_accumulation=accumulation(source)[0])
+        grad_accumulation=accumulation(source)[0], expert=config.get("expert_parallel", 1) or 1)
 
 
 def optimizer_spec(source: Source) -> OptimizerSpec:

@@ -101,6 +101,10 @@ class ModelFamily:
         """A module of the family's package (`backend`, `compression`, `spec`, ...), imported on first use."""
         return importlib.import_module(f"{type(self).__module__}.{name}")
 
+    def auto_cells_for(self, source: Source) -> AutoCells:
+        """The cells `auto` chooses among for this YAML's model (the family's, unless its layers differ)."""
+        return self.auto_cells
+
     # --- apply stage ---------------------------------------------------------------------------
     def decoder_layers(self, network: Any) -> list[Any] | None:
         """The decoder layers of a built network, in order; None when it has none."""

@@ -16,7 +16,7 @@ import re
 from ...config.errors import ConfigIssue
 from ...config.source import Source
 from ..family import AutoCells, Defaults, ModelFamily, ModelKeys
-from .keys import MODEL, mcore_view
+from .keys import MODEL, architecture, mcore_view
 
 # MindFormers' own default patterns for mcore models (parallel_core/training_graph/transformer/utils.py)
 DEFAULT_SELECT = (r"mlp\.shared_experts\.mul", r"mlp\.shared_experts\.activation_func\.silu", r"mlp\.mul",
@@ -40,6 +40,11 @@ _PATTERN_HINTS = {
 }
 
 
+# an MoE layer: the experts alone (their activations are most of the block's), the whole block, the attention
+_MOE_AUTO_CELLS = AutoCells(select=("mlp", "self_attention", r"mlp\.experts"), swap=("self_attention", "mlp"),
+                            attention_prefix="self_attention.")
+
+
 class McoreFamily(ModelFamily):
     name = "mcore"
     schema = "model_mcore"
@@ -58,6 +63,10 @@ class McoreFamily(ModelFamily):
 
     def view(self, source: Source) -> tuple[Source, list[ConfigIssue]]:
         return mcore_view(source)
+
+    def auto_cells_for(self, source: Source) -> AutoCells:
+        arch, _ = architecture(mcore_view(source)[0])
+        return _MOE_AUTO_CELLS if arch is not None and arch.moe else self.auto_cells
 
     def model_issues(self, source: Source) -> list[ConfigIssue]:
         from .checks import model_issues

@@ -25,6 +25,7 @@ from ...estimate.cpu_step import (
     EARLY_VOCABULARY,
     WeightCopies,
     gradients_after,
+    held_bytes,
     held_in_backward,
     held_in_mlp_backward,
     optimizer_steps,
@@ -33,7 +34,7 @@ from ...estimate.cpu_step import (
     weight_copies,
 )
 from ...estimate.effects import LayerEffect
-from ...estimate.inventory import FP32, dims
+from ...estimate.inventory import FP32, Dims, dims
 from ...estimate.memory import StagePeak
 from ...estimate.spec import ModelSpec, ParallelSpec
 
@@ -61,7 +62,7 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
             "gradients so far": gradients_after(model, index, len(effects)),
             "model-level tensors": 2 * FP32 * dim.bsh_full + tables,
             "layer working set": held_in_mlp_backward(effects[index], _NORMS, _ATTENTION)
-                                 + 2 * FP32 * dim.bsf + copies.late[index]
+                                 - _spent(effects[index]) + _mlp_backward(model, dim) + copies.late[index]
                                  + effects[index].backward_extra}))
         candidates.append(_attention_backward(model, effects, index, kept, copies, tables))
     # AdamW's early decayed copy: two vocabulary-sized products even when the embeddings are tied (one matrix
@@ -72,6 +73,22 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
     candidates.extend(_mixed_optimizer(model, len(effects), early) if _mixed(model)
                       else optimizer_steps(model, len(effects), early))
     return candidates
+
+
+def _spent(effect: LayerEffect) -> int:
+    """The layer's tensors its own backward has replaced by its peak (an MoE block's gate and up, split into the
+    halves `_mlp_backward` counts, and its weighted product), kept or rebuilt."""
+    return sum(held_bytes(item) for item in effect.tensors if item.saved.spent_early and item.fate != "swapped")
+
+
+def _mlp_backward(model: ModelSpec, dim: Dims) -> int:
+    """What the MLP's backward makes beyond the kept tensors: a dense MLP's gate and up gradients; an MoE block's
+    rebuilt Swiglu (both halves of the gate and up, the sigmoid of SiLU and of its backward, SiLU's output), the
+    Swiglu's gradient and the weighted product's, for every expert and token (allocation logs of the tiny Qwen3-MoE
+    and the MoE sweep's m03: seven (tokens, E, F) tensors at a layer's MLP backward)."""
+    if not model.experts:
+        return 2 * FP32 * dim.bsf
+    return (6 * model.compute_bytes + FP32) * dim.bs * model.experts * model.moe_ffn
 
 
 def _mixed(model: ModelSpec) -> bool:

@@ -63,12 +63,17 @@ def _ascend_layer(model: ModelSpec, dim: Dims) -> list[Saved]:
         Saved(path="pre_mlp_layernorm.norm", what="normalised input of linear_fc1", nbytes=c * dim.bsh,
               output_of="pre_mlp_layernorm", role=MLP_INPUT),
         Saved(path="pre_mlp_layernorm.norm", what="rstd (fp32, per token)", nbytes=FP32 * dim.bs),
-        Saved(path="mlp.linear_fc1.matmul", what="gate and up (input of SwiGlu)", nbytes=c * 2 * dim.bsf),
-        Saved(path="mlp.activation_func.mul", what="SiLU(gate) * up (input of linear_fc2)", nbytes=c * dim.bsf,
-              role=MLP_DOWN_INPUT),
-        Saved(path="add", what="layer output (input of the next layer)", nbytes=c * dim.bsh,
-              kept_by_full_recompute=True),
     ]
+    if model.experts:
+        saved += _moe_ascend(model, dim)
+    else:
+        saved += [
+            Saved(path="mlp.linear_fc1.matmul", what="gate and up (input of SwiGlu)", nbytes=c * 2 * dim.bsf),
+            Saved(path="mlp.activation_func.mul", what="SiLU(gate) * up (input of linear_fc2)", nbytes=c * dim.bsf,
+                  role=MLP_DOWN_INPUT),
+        ]
+    saved.append(Saved(path="add", what="layer output (input of the next layer)", nbytes=c * dim.bsh,
+                       kept_by_full_recompute=True))
     return saved
 
 
@@ -100,28 +105,110 @@ def _cpu_layer(model: ModelSpec, dim: Dims) -> list[Saved]:
               never_recomputed=True),
         Saved(path="self_attention.core_attention.flash_attention", what="attention output (float32), kept by the "
               "CPU stand-in's backward", nbytes=FP32 * dim.q, never_recomputed=True),
-        Saved(path="self_attention.linear_proj.matmul" if half else "self_attention.cast",
-              what="attention output, input of linear_proj" + (" (a float32 copy for its backward)" if half else ""),
-              nbytes=FP32 * dim.q, read_by="self_attention.linear_proj.matmul" if half else None,
-              rebuilt_nbytes=model.compute_bytes * dim.q if half else None, role=ATTENTION_OUTPUT),
     ]
+    if half or not model.experts:
+        # a float32 Qwen3-MoE layer keeps no separate copy: linear_proj's backward reads the attention output the
+        # stand-in keeps (allocation logs of the MoE sweep's build half)
+        saved.append(Saved(path="self_attention.linear_proj.matmul" if half else "self_attention.cast",
+                           what="attention output, input of linear_proj"
+                           + (" (a float32 copy for its backward)" if half else ""),
+                           nbytes=FP32 * dim.q, read_by="self_attention.linear_proj.matmul" if half else None,
+                           rebuilt_nbytes=model.compute_bytes * dim.q if half else None, role=ATTENTION_OUTPUT))
     if half:
         saved.append(Saved(path="cast", what="residual after attention, float32", nbytes=FP32 * dim.bsh))
     else:
         saved.append(Saved(path="add", what="residual after attention (input of pre_mlp_layernorm)",
                            nbytes=FP32 * dim.bsh))
-    saved += _cpu_norm("pre_mlp_layernorm", dim.bsh, dim.bs, half, consumer="linear_fc1")
-    saved += [
-        Saved(path="mlp.activation_func.split", what="gate and up (float32)", nbytes=FP32 * 2 * dim.bsf),
-        Saved(path="mlp.activation_func.silu", what="SiLU output (x * sigmoid(x))", nbytes=FP32 * dim.bsf),
-        Saved(path="mlp.activation_func.silu", what="sigmoid(x) of the SiLU backward, run early", nbytes=FP32 * dim.bsf,
-              cpu_only=True),
-        Saved(path="mlp.activation_func.mul", what="SiLU(gate) * up (float32), input of linear_fc2",
-              nbytes=FP32 * dim.bsf, role=MLP_DOWN_INPUT),
-        Saved(path="add", what="layer output (input of the next layer)", nbytes=FP32 * dim.bsh,
-              kept_by_full_recompute=True),
-    ]
+    norm = _cpu_norm("pre_mlp_layernorm", dim.bsh, dim.bs, half, consumer="linear_fc1")
+    if model.experts:
+        # the MoE block's first operator is a Transpose, whose backward needs no input: the norm's output goes
+        saved += [item for item in norm if item.output_of is None] + _moe_cpu(model, dim)
+    else:
+        saved += norm + _cpu_mlp("mlp.activation_func", dim.bsf)
+    saved.append(Saved(path="add", what="layer output (input of the next layer)", nbytes=FP32 * dim.bsh,
+                       kept_by_full_recompute=True))
     return saved
+
+
+def _cpu_mlp(activation: str, bsf: int, *, mul: str | None = None, role: str | None = MLP_DOWN_INPUT) -> list[Saved]:
+    """A dense gated MLP on CPU: the fused gate and up, the SiLU output and its early sigmoid, the gated product.
+    `activation` holds split, silu and mul (SwiGlu), or, with `mul`, silu alone (the MLP splits and multiplies)."""
+    split, mul = (f"{activation}.split", f"{activation}.mul") if mul is None else (f"{mul[:-len('mul')]}split", mul)
+    return [
+        Saved(path=split, what="gate and up (float32)", nbytes=FP32 * 2 * bsf),
+        Saved(path=f"{activation}.silu", what="SiLU output (x * sigmoid(x))", nbytes=FP32 * bsf),
+        Saved(path=f"{activation}.silu", what="sigmoid(x) of the SiLU backward, run early", nbytes=FP32 * bsf,
+              cpu_only=True),
+        Saved(path=mul, what="SiLU(gate) * up (float32), input of linear_fc2", nbytes=FP32 * bsf, role=role),
+    ]
+
+
+# --- MoE layers (`mlp` is MindFormers' MoELayer: router, experts, and shared experts where the model has them) ---
+_EXPERTS = "mlp.experts.morphed_forward"
+
+
+def _moe_cpu(model: ModelSpec, dim: Dims) -> list[Saved]:
+    """An MoE layer on CPU with mf_memopt's dense experts stand-in (`moe_kernels.CPUDenseExperts`), read off the
+    allocation logs of tiny Qwen3-MoE layers (float32, and float16 compute): the router's Dense input transposed by
+    its backward early, two more token-by-hidden float32 copies of the input in float32 layers (the layer's
+    token-order reshape and the experts' reshape; one with float16 compute: the first matmul's float32 copy), the
+    router probabilities, and for every token the gate and up of all E experts in the compute dtype and the weighted
+    Swiglu output in float32 (its own, or the second matmul's float32 copy). The Swiglu output itself is not kept:
+    MindFormers marks the Swiglu for recompute, and the backward rebuilds it (`cpu_memory.py` prices that). The
+    first weight laid out for one matmul (h x E*2F) stands in for the parameter copy the backward reads."""
+    e, f, n, c = model.experts, model.moe_ffn, dim.bs, model.compute_bytes
+    copies = [Saved(path="mlp.local_reshape_permute", what="MoE input in token order", nbytes=FP32 * dim.bsh),
+              Saved(path=_EXPERTS, what="experts' input tokens", nbytes=FP32 * dim.bsh)]
+    saved = [
+        *(copies if c == FP32 else [Saved(path=_EXPERTS, what="experts' input tokens, a float32 copy for the first "
+                                          "matmul's backward", nbytes=FP32 * dim.bsh)]),
+        Saved(path="mlp.router.linear", what="router input transposed for the Dense backward, run early",
+              nbytes=FP32 * dim.bsh, cpu_only=True),
+        Saved(path="mlp.router.gating_activation", what="router probabilities (tokens x experts)", nbytes=FP32 * n * e),
+        Saved(path=_EXPERTS, what="gate and up of every expert for every token (the dense CPU stand-in)",
+              nbytes=c * n * e * 2 * f, spent_early=True),
+        Saved(path=_EXPERTS, what="Swiglu output weighted by the routing (float32), input of the second matmul",
+              nbytes=FP32 * n * e * f, role=MLP_DOWN_INPUT, spent_early=True),
+    ]
+    if model.shared_ffn:
+        saved += _cpu_mlp("mlp.shared_experts.activation_func", n * model.shared_ffn, mul="mlp.shared_experts.mul",
+                          role=None)
+    return saved
+
+
+def _moe_ascend(model: ModelSpec, dim: Dims) -> list[Saved]:
+    """An MoE layer on Ascend (analytic): the router in float32, and the grouped experts on the k*N rows a device
+    holds after the token dispatch, routing assumed balanced (MindFormers' alltoall dispatcher drops no token):
+    the permuted input, the first grouped matmul's output (Swiglu input) and the experts' outputs gathered back
+    per token for the routing weights' product; the Swiglu output is rebuilt in the backward (MindFormers marks
+    the Swiglu for recompute itself); shared experts as a dense gated MLP."""
+    # the tokens this device routes: sequence parallelism (which MindFormers requires with tensor parallelism in
+    # an MoE layer) splits them
+    c, e, f, n, k = model.compute_bytes, model.experts, model.moe_ffn, dim.bsh // model.hidden, model.top_k
+    saved = [
+        Saved(path="mlp.router.linear", what="router input (float32)", nbytes=FP32 * dim.bsh),
+        Saved(path="mlp.router.gating_activation", what="router probabilities (float32)", nbytes=FP32 * n * e),
+        Saved(path=_EXPERTS, what="dispatched tokens (top-k rows per token)", nbytes=c * k * dim.bsh),
+        Saved(path=_EXPERTS, what="gate and up of the dispatched rows (input of Swiglu)", nbytes=c * k * n * 2 * f),
+        Saved(path=_EXPERTS, what="experts' outputs gathered per token (for the routing weights' product)",
+              nbytes=c * k * dim.bsh),
+    ]
+    if model.shared_ffn:
+        saved += [Saved(path="mlp.shared_experts.linear_fc1.matmul", what="shared experts' gate and up",
+                        nbytes=c * 2 * n * model.shared_ffn),
+                  Saved(path="mlp.shared_experts.mul", what="shared experts' SiLU(gate) * up",
+                        nbytes=c * n * model.shared_ffn)]
+    return saved
+
+
+def _moe_ops(model: ModelSpec, tokens: int) -> list[Op]:
+    h, f, k = model.hidden, model.moe_ffn, model.top_k
+    ops = [Op(path="mlp.router.linear", flops=2 * tokens * h * model.experts),
+           Op(path=_EXPERTS, flops=2 * tokens * k * h * 3 * f)]
+    if model.shared_ffn:
+        ops += [Op(path="mlp.shared_experts.linear_fc1.matmul", flops=2 * tokens * h * 2 * model.shared_ffn),
+                Op(path="mlp.shared_experts.linear_fc2.matmul", flops=2 * tokens * model.shared_ffn * h)]
+    return ops
 
 
 def _cpu_norm(cell: str, bsh: int, bs: int, half: bool, *, consumer: str) -> list[Saved]:
@@ -148,10 +235,14 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec) -> list[Op]:
     """Forward FLOPs of the matmul-class operators of one layer (2 per multiply-add)."""
     t, b, s, h, d = parallel.tensor, model.batch, model.seq // parallel.context, model.hidden, model.head_dim
     heads, kv = model.heads // t, max(model.kv_heads // t, 1)
-    return [
+    attention = [
         Op(path="self_attention.linear_qkv.matmul", flops=2 * b * s * h * (heads + 2 * kv) * d),
         Op(path="self_attention.core_attention.flash_attention", flops=4 * b * heads * s * model.seq * d),
         Op(path="self_attention.linear_proj.matmul", flops=2 * b * s * heads * d * h),
+    ]
+    if model.experts:
+        return attention + _moe_ops(model, b * s)
+    return attention + [
         Op(path="mlp.linear_fc1.matmul", flops=2 * b * s * h * 2 * model.ffn // t),
         Op(path="mlp.linear_fc2.matmul", flops=2 * b * s * model.ffn // t * h),
     ]

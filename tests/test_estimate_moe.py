@@ -1,0 +1,47 @@
+"""The CPU estimate of Qwen3-MoE layers against the measured record of `benchmarks/sweep_moe.py` (16 configs, 8
+pairs: the build half read off to write the MoE terms, the held-out half measured with it; every peak replayed to
+the byte). The peaks are data in `benchmarks/data/sweep_moe_peaks.json`, not typed here. Target: 10%."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.sweep import measured_reference
+from benchmarks.sweep_moe import DATA, RECOMPUTE, generate
+from mf_memopt.estimate import estimate_config
+
+TARGET = 0.10
+# Known misses, each strict: the day the estimate gets it right, the mark has to go. Both are the optimizer step of
+# a float32 model with tied embeddings under clip-grad, the dense sets' e04 too: the run holds one gradient of the
+# tied matrix and no zeros for the overflow select, the estimate counts two and the zeros.
+KNOWN = {
+    "m02": "over by 18.3% at the optimizer step of a float32 model with tied embeddings under clip-grad",
+    "m07": "over by 11.7% at the optimizer step of a float32 model with tied embeddings under clip-grad",
+}
+CASES = [pytest.param(config, id=config.name,
+                      marks=[pytest.mark.xfail(reason=KNOWN[config.name], strict=True)] if config.name in KNOWN else [])
+         for config in generate()]
+
+
+@pytest.mark.parametrize("config", CASES)
+def test_the_moe_record_stays_within_ten_percent_of_its_peak(config, tmp_path):
+    entry = {item["name"]: item for item in json.loads(DATA.read_text())["configs"]}[config.name]
+    assert "measured_mib" in entry, f"{config.name}: {entry.get('error')}"
+    estimated = estimate_config(config.write(tmp_path / f"{config.name}.yaml"), runtime="cpu").stages[0].peak.peak
+    reference = measured_reference(entry)
+    assert abs(estimated / 2**20 - reference) / reference <= TARGET
+
+
+def test_the_sweep_covers_every_recompute_form_both_dtype_settings_and_routing_variants():
+    from benchmarks.step_forms import FORMS
+    from benchmarks.sweep_mcore import DTYPES
+
+    configs = generate()
+    assert {config.recompute for config in configs} == set(RECOMPUTE)
+    assert {config.dtype for config in configs} == set(DTYPES)
+    assert {config.step for config in configs} == set(FORMS)
+    assert {config.model["num_experts_per_tok"] for config in configs} >= {1, 2, 3, 4}
+    assert {config.model["norm_topk_prob"] for config in configs} == {True, False}
+    assert {config.model["moe_router_load_balancing_type"] for config in configs} == {"gbs_aux_loss", "seq_aux_loss"}
