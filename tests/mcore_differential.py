@@ -38,7 +38,26 @@ MODELS = {"qwen3": _MODEL,
           "qwen3_moe": {**_MODEL, "hidden_act": "silu", "model_type": "qwen3_moe",
                         "architectures": ["Qwen3MoeForCausalLM"], "num_experts": 4, "num_experts_per_tok": 2,
                         "moe_intermediate_size": 32, "router_dense_type": "float32", "moe_grouped_gemm": True,
-                        "norm_topk_prob": True}}
+                        "norm_topk_prob": True},
+          # DeepSeek-V3: multi-latent attention, a dense first layer, MoE layers with a shared expert, group-limited
+          # sigmoid routing with an expert bias, one MTP layer (3 decoder layers)
+          "deepseek3": {"model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"],
+                        "num_hidden_layers": 3, "hidden_size": 64, "intermediate_size": 128,
+                        "moe_intermediate_size": 32, "num_attention_heads": 4, "num_key_value_heads": 4,
+                        "q_lora_rank": 32, "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
+                        "v_head_dim": 16, "vocab_size": 128, "seq_length": 32, "max_position_embeddings": 32,
+                        "n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1,
+                        "first_k_dense_replace": 1, "n_group": 2, "topk_group": 1, "routed_scaling_factor": 2.5,
+                        "norm_topk_prob": True, "num_nextn_predict_layers": 1, "mtp_loss_factor": 0.3,
+                        "moe_router_score_function": "sigmoid", "moe_router_enable_expert_bias": True,
+                        "moe_router_load_balancing_type": "seq_aux_loss", "moe_aux_loss_coeff": 0.0001,
+                        "moe_router_dtype": "float32", "gated_linear_unit": True, "moe_grouped_gemm": True,
+                        "use_pad_tokens": False, "moe_token_dispatcher_type": "alltoall", "add_bias_linear": False,
+                        "use_flash_attention": True, "use_attn_mask_compression": False,
+                        "multi_latent_attention": True, "mla_qkv_concat": False, "qk_layernorm": True,
+                        "hidden_act": "silu", "params_dtype": "float32", "compute_dtype": "float32",
+                        "layernorm_compute_dtype": "float32", "softmax_compute_dtype": "float32",
+                        "rotary_dtype": "float32"}}
 CASES = {
     "full recompute by per-stage count": {"recompute": {"recompute": [2]}},
     "full recompute of every layer": {"recompute": {"recompute": True}},
@@ -67,6 +86,11 @@ CASES = {
         "swap": True, "op_swap": [{"op_name": ["self_attention\\.linear_qkv", "self_attention\\.linear_proj"],
                                    "backward_prefetch": "Auto", "layers": [0, 2]}]}},
     "default swap strategy": {"swap": {"swap": True, "default_prefetch": 10}},
+    "pipeline stages": {"stages": 2, "recompute": {"recompute": [1, 1], "select_recompute": [0, 2],
+                                                   "select_comm_recompute": {"pre_mlp_layernorm\\.norm": [1, 0]}}},
+}
+# Cases that name MoE, MLA or MTP cells, run for those models only (`--model qwen3_moe|deepseek3 CASE ...`)
+MOE_CASES = {
     "select recompute of the router and the experts": {"recompute": {"select_recompute": [
         "mlp\\.router", "mlp\\.experts"]}},
     "select recompute of MoE operators by dict": {"recompute": {"select_recompute": {
@@ -79,12 +103,21 @@ CASES = {
         "mlp\\.experts\\.swiglu": [1]}}},
     "exclude the router inside a recomputed MoE block": {"recompute": {
         "select_recompute": ["mlp"], "select_recompute_exclude": ["mlp\\.router\\.linear"]}},
+    "select recompute of the shared experts and the MLA projections": {"recompute": {"select_recompute": [
+        "mlp\\.shared_experts", "self_attention\\.linear_q_down_proj", "self_attention\\.linear_kv_up_proj"]}},
+    "full recompute of the layers before the last": {"recompute": {"recompute": [2]}},
+    "select recompute inside the MTP layer": {"recompute": {"select_recompute": {
+        "transformer_layer\\.mlp\\.shared_experts": True, "eh_proj": True, "mlp\\.experts": True}}},
+    "layer swap of the first and last layers": {"swap": {"swap": True, "layer_swap": [
+        {"backward_prefetch": 7, "layers": [0, 2]}]}},
+    "op swap of the MTP layer's attention": {"swap": {"swap": True, "op_swap": [
+        {"op_name": "transformer_layer\\.self_attention", "backward_prefetch": 6, "layers": [2]},
+        {"op_name": "self_attention", "backward_prefetch": 4, "layers": [1]}]}},
     "op swap of the experts": {"swap": {"swap": True, "op_swap": [
         {"op_name": "mlp\\.experts", "backward_prefetch": 5, "layers": [0, 2]},
         {"op_name": "mlp\\.router\\.gating_activation", "backward_prefetch": 3, "layers": [1]}]}},
-    "pipeline stages": {"stages": 2, "recompute": {"recompute": [1, 1], "select_recompute": [0, 2],
-                                                   "select_comm_recompute": {"pre_mlp_layernorm\\.norm": [1, 0]}}},
 }
+ALL_CASES = {**CASES, **MOE_CASES}
 
 
 def document(case: dict, model: str, output_dir: str) -> dict:
@@ -133,6 +166,9 @@ def marks(network) -> dict:
 
     for index, layer in enumerate(network.model.decoder.layers):
         visit(layer, f"layers.{index}")
+    mtp = getattr(network.model, "mtp", None)
+    for index, layer in enumerate(mtp.layers if mtp is not None else []):
+        visit(layer, f"mtp.layers.{index}")
     return found
 
 
@@ -146,7 +182,7 @@ def main(argv: list[str]) -> int:
     work = tempfile.TemporaryDirectory(prefix="mf_memopt_differential_")
     for model in models:
         for name in argv or list(CASES):
-            data = document(CASES[name], model, work.name)
+            data = document(ALL_CASES[name], model, work.name)
             try:
                 theirs = marks(build(data, ours=False))
             except Exception as error:      # MindFormers' own handling failed: recorded, ours still runs

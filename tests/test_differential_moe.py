@@ -101,3 +101,66 @@ def test_mindformers_stops_on_a_pattern_naming_an_operator_it_marked_before(name
         # the shared object still carries what MindFormers set on it in the earlier builds of this process; the
         # layers' own copies do not
         assert _gating(result["off"]) and not _gating(result["ours"])
+
+
+# --- DeepSeek-V3: multi-latent attention, a dense first layer, shared experts, one MTP layer -----------------------
+DEEPSEEK_SAME = ("full recompute of every layer", "full recompute of the layers before the last",
+                 "full recompute by per-stage count", "select recompute of the router and the experts",
+                 "select recompute of the shared experts and the MLA projections",
+                 "select recompute inside the MTP layer", "comm recompute")
+DEEPSEEK_SWAP = ("layer swap of the first and last layers", "op swap of the MTP layer's attention")
+
+
+@cache
+def _deepseek() -> dict:
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "mcore_differential.py"), "--model", "deepseek3",
+                           *DEEPSEEK_SAME, *DEEPSEEK_SWAP], capture_output=True, text=True, timeout=900, cwd=ROOT,
+                          env={**os.environ, "GLOG_v": "3"})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])["deepseek3"]
+
+
+@pytest.mark.parametrize("name", DEEPSEEK_SAME)
+def test_deepseek_marks_equal_mindformers_mtp_layer_included(name):
+    """The MTP layer takes the last decoder layer's plan, its patterns matched from its own children; a pattern
+    that names MoE cells skips the dense first layer, one that names `eh_proj` the decoder layers."""
+    result = _deepseek()[name]
+    own = result["off"]
+    assert own["layers.1.mlp.experts.swiglu"] == {"recompute": True}
+    assert own["layers.0.self_attention.linear_q_down_proj.reshape"] == {"recompute": True}
+    assert own["mtp.layers.0.transformer_layer.mlp.router.topk"] == {"recompute": False}
+    assert set(result["theirs"]) - set(own), "the case must set something"
+    assert result["ours"] == result["theirs"]
+
+
+def test_deepseek_patterns_naming_mtp_cells_reach_the_mtp_layer_only():
+    result = _deepseek()["select recompute inside the MTP layer"]
+    changed = {path for path, marks in result["ours"].items() if marks != result["off"].get(path)}
+    assert {"mtp.layers.0.eh_proj", "mtp.layers.0.transformer_layer.mlp.shared_experts", "layers.1.mlp.experts",
+            "layers.2.mlp.experts"} <= changed
+    assert not any(path.startswith("layers.0.") for path in changed)      # the dense layer has no experts
+    # `mlp\.experts` is matched from the MTP layer's own children, where `mlp` is one level down: not there
+    assert not any(path.startswith("mtp.layers.0.transformer_layer.mlp.experts") for path in changed)
+
+
+def test_deepseek_full_recompute_reaches_the_mtp_layer_with_the_last_layer():
+    every, before_last = _deepseek()["full recompute of every layer"], \
+        _deepseek()["full recompute of the layers before the last"]
+    assert every["ours"]["mtp.layers.0"] == {"cell_recompute": True}
+    assert "mtp.layers.0" not in before_last["ours"]
+    assert before_last["ours"]["layers.1"] == {"cell_recompute": True} and "layers.2" not in before_last["ours"]
+
+
+@pytest.mark.parametrize("name", DEEPSEEK_SWAP)
+def test_deepseek_swap_differs_only_where_mindformers_goes_wrong(name):
+    """Besides the router activation MindFormers shares between layers, and the operators it recomputes itself and
+    offloads too (rule 3), the offload marks are the same, the MTP layer's included."""
+    result = _deepseek()[name]
+    theirs, ours = result["theirs"], result["ours"]
+    differ = {path for path in set(theirs) | set(ours) if theirs.get(path) != ours.get(path)}
+    for path in differ:
+        if path.endswith("router.gating_activation"):
+            assert "offload" in theirs[path]
+        else:
+            assert theirs[path]["recompute"] is True and theirs[path]["offload"] and ours[path] == {"recompute": True}
+    assert any(path.startswith("mtp.layers.0") and "offload" in marks for path, marks in ours.items())

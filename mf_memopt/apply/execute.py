@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..config.actions import Action, LayerActions, Skip, layer_actions
 from ..config.compress_actions import CompressAction, compress_actions
 from ..config.errors import ConfigError, ConfigIssue, key_path
-from ..config.match import merge_layers
+from ..config.match import NO_MATCH, merge_layers
 from ..config.plan import Plan
 from ..config.render import formative_lines
 from . import cells
@@ -55,9 +55,14 @@ def apply_plan(plan: Plan, model_or_layers: Any, *, device_target: str | None = 
     layers = find_layers(model_or_layers, plan)
     issues: list[ConfigIssue] = []
     family = plan.family
-    shared = family.unshare(layers)
+    followers = [] if isinstance(model_or_layers, Sequence) else family.follower_layers(model_or_layers)
+    shared = family.unshare(layers + followers)
     per_layer = [layer_actions(layer_plan, layer, plan.rules.options, family, plan.file, issues)
                  for layer_plan, layer in zip(plan.layers, layers)]
+    # the MTP layers take the last layer's plan; a pattern naming nothing there is not an issue (`_follow`)
+    following = [layer_actions(plan.layers[-1], follower, plan.rules.options, family, plan.file, [])
+                 for follower in followers]
+    issues = _where_layers_differ(issues, per_layer + following)
     compression = family.compression if any(layer_plan.op_compress for layer_plan in plan.layers) else None
     compressed = [compress_actions(layer_plan.op_compress, layer_plan.layer, layer, compression, plan.file, issues)
                   if layer_plan.op_compress else [] for layer_plan, layer in zip(plan.layers, layers)]
@@ -77,16 +82,48 @@ def apply_plan(plan: Plan, model_or_layers: Any, *, device_target: str | None = 
     for actions, compress in zip(per_layer, compressed):
         _execute(actions)
         lines += _log(layer_lines(actions) + [line for line in [compress_line(actions.layer, compress)] if line])
+    followed: list[Action] = []
+    for index, actions in enumerate(following):
+        follower_lines, follower_actions = _follow(plan, index, actions)
+        lines += _log(follower_lines)
+        followed += follower_actions
     offloaded = any(actions.offload for actions in per_layer) or \
         any(action.use.offload is not None for actions in compressed for action in actions)
     if device != "Ascend" and offloaded:
         lines += _log([CPU_OFFLOAD_NOTE.format(device=device or "this backend")], logging.WARNING)
     return ApplyReport(device_target=device,
                        actions=tuple(action for actions in per_layer for action in [*actions.recompute,
-                                                                                   *actions.offload]),
+                                                                                   *actions.offload]) + tuple(followed),
                        skipped=tuple(skip for actions in per_layer for skip in actions.skipped),
                        log_lines=tuple(lines), compressed=tuple(action for actions in compressed for action in actions),
                        preset=preset)
+
+
+def _where_layers_differ(issues: list[ConfigIssue], per_layer: list[LayerActions]) -> list[ConfigIssue]:
+    """A rule whose pattern names nothing in some layers but matches in others (a model whose layers differ:
+    DeepSeek-V3's dense first layers have no router, and only its MTP layer has `eh_proj`) applies where it
+    matches, as in MindFormers: its misses are warnings. A rule that matches in no layer stays an error."""
+    matched = {(use.origin.key, use.origin.line) for actions in per_layer for pairs in actions.matched.values()
+               for use, matches in pairs if matches}
+    matched |= {(use.origin.key, use.origin.line) for actions in per_layer for use, _, _ in actions.op_swaps}
+    return [replace(issue, severity="warning", message=f"{issue.message}; it applies in the layers where it matches")
+            if issue.severity == "error" and NO_MATCH in issue.message and (issue.path, issue.line) in matched
+            else issue for issue in issues]
+
+
+def _follow(plan: Plan, index: int, actions: LayerActions) -> tuple[list[str], list[Action]]:
+    """Apply the last decoder layer's plan to a layer that follows it (an MTP layer), as MindFormers' LayerSetting
+    does: its patterns match from that layer's own children, and a pattern that names nothing there does nothing
+    (the decoder layers have been checked against it)."""
+    last = plan.layers[-1]
+    _execute(actions)
+    lines = layer_lines(actions)
+    prefix = f"MTP layer {index} (the last layer's plan, as MindFormers' LayerSetting): "
+    lines = [prefix + line.replace(f" at layer {last.layer}", "") for line in lines] or \
+        [prefix + f"nothing of layer {last.layer}'s plan names its cells"]
+    where = f"mtp.layers.{index}"
+    return lines, [replace(action, path=f"{where}.{action.path}" if action.path else where)
+                   for action in [*actions.recompute, *actions.offload]]
 
 
 def find_layers(model_or_layers: Any, plan: Plan) -> list[Any]:

@@ -96,13 +96,16 @@ def _miss(frontier: list[tuple[str, Any]], segment: str, *, with_primitives: boo
                 available=tuple(dict.fromkeys(names)))
 
 
+NO_MATCH = "matches nothing in layer"      # the words of the issue for a pattern that names nothing in a layer
+
+
 def matches_or_issue(layer: Any, index: int, pattern: str, where: Where, issues: list[ConfigIssue],
                      hint: Callable[[str], str | None] = lambda pattern: None) -> list[Match]:
     """The matches of `pattern` in layer `index`; when there are none, an issue at `where` (the rule's file and
     origin), with `hint(pattern)` (the family's hint for its defaults) or a did-you-mean."""
     matches, miss = find_matches(layer, pattern)
     if miss is not None:
-        issues.append(where.issue(f"pattern `{pattern}` matches nothing in layer {index}: {miss.describe()}",
+        issues.append(where.issue(f"pattern `{pattern}` {NO_MATCH} {index}: {miss.describe()}",
                                   hint(pattern) or miss.hint()))
     return matches
 

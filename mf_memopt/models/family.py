@@ -110,6 +110,11 @@ class ModelFamily:
         """The decoder layers of a built network, in order; None when it has none."""
         return first_layer_list(network)
 
+    def follower_layers(self, network: Any) -> list[Any]:
+        """Layers outside the decoder's list that take the last decoder layer's plan (MindFormers' mcore MTP
+        layers); empty for most models."""
+        return []
+
     def unshare(self, layers: list[Any]) -> list[str]:
         """Give each decoder layer its own copy of an operator object the layers share, before a plan marks it (a
         mark on a shared object would reach every layer); the layer-relative paths of those operators."""

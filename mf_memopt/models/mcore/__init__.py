@@ -78,6 +78,15 @@ class McoreFamily(ModelFamily):
 
         return swap_scope_issues(source)
 
+    def follower_layers(self, network) -> list:
+        """The multi-token-prediction layers (`model.mtp.layers`): MindFormers' `LayerSetting` gives each the last
+        decoder layer's id, so its stage, recompute and swap are that layer's, with patterns matched from the MTP
+        layer's own children (`enorm`, `hnorm`, `eh_proj`, `transformer_layer`, `final_layernorm`)."""
+        model = getattr(network, "model", None)
+        mtp = getattr(model, "mtp", None) if model is not None else None
+        layers = getattr(mtp, "layers", None) if mtp is not None else None
+        return [layer for _, layer in layers._cells.items() if layer is not None] if layers is not None else []
+
     def unshare(self, layers: list) -> list[str]:
         from .backend import unshare_primitives
 

@@ -4,7 +4,9 @@
     FusedRMSNorm (every norm)         norm                  RmsNorm               CPURmsNorm
     RotaryEmbedding                   outer, outer_for_eod  Outer                 CPUOuter
     FlashAttention (core_attention)   flash_attention       FlashAttentionScore   CPUFlashAttentionScore
-    VocabParallelEmbedding            embedding_morph       Morph (embedding)     CPUEmbeddingLookup
+    VocabParallelEmbedding (and the   embedding_morph       Morph (embedding)     CPUEmbeddingLookup
+    MTP's subclass, which reads the
+    main embedding's weight)
 
 Only the primitive is replaced, under its own attribute name, by a cell with the primitive's call
 signature and outputs: the owner cell keeps its class, its parameters (none of these primitives owns
@@ -253,7 +255,8 @@ def _stand_in(owner: Any, name: str, primitive: Any, path: str) -> nn.Cell | Non
         return CPUOuter()
     if kind == "FlashAttentionScore":
         return _attention_stand_in(owner, primitive, path)
-    if kind == "Morph" and name == "embedding_morph" and type(owner).__name__ == "VocabParallelEmbedding":
+    if kind == "Morph" and name == "embedding_morph" and any(
+            cls.__name__ == "VocabParallelEmbedding" for cls in type(owner).__mro__):   # the MTP's shared one too
         if getattr(owner, "enable_embedding_tp", False) or getattr(owner, "sequence_parallel", False):
             raise ValueError(f"{path}: an embedding split by tensor or sequence parallelism has no CPU stand-in")
         return CPUEmbeddingLookup()
