@@ -17,6 +17,11 @@ process-wide context to mcore, which the other tests must not inherit.
    experts, normalised and scaled gates, the gbs aux loss with its accumulated counts, the experts' dispatcher
    and grouped matmuls and Swiglu on their stand-ins) against a NumPy MoE that routes each token sparsely: the
    output, the aux loss, and the gradients of input, router and expert weights along random directions.
+5. DeepSeek-V3 (one dense layer, one MoE layer): the MoE block (sigmoid scores, group-limited top-k on the
+   scores plus an expert bias, gates from the unbiased scores, normalised and scaled, a shared expert, the
+   sequence aux loss) against a NumPy MoE, output and gradients; the multi-latent attention against a NumPy
+   forward from its weights (low-rank q and kv, RoPE on the rope parts, a narrower value head), output and
+   input gradient.
 """
 
 from __future__ import annotations
@@ -355,6 +360,202 @@ def check_moe_layer() -> None:
         RESULTS[f"Qwen3-MoE layer: {name} (relative)"] = [abs(directional - numeric) / abs(numeric), 1e-3]
 
 
+# A DeepSeek-V3 with a dense first layer and an MoE second one (multi-latent attention, a shared expert, sigmoid
+# routing with an expert bias, limited to the best of two groups of two experts), as tests/mcore_differential.py's
+_DEEPSEEK = {"model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"], "num_hidden_layers": 2,
+             "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32, "num_attention_heads": 4,
+             "num_key_value_heads": 4, "q_lora_rank": 32, "kv_lora_rank": 16, "qk_nope_head_dim": 16,
+             "qk_rope_head_dim": 8, "v_head_dim": 16, "vocab_size": 128, "seq_length": 32, "max_position_embeddings": 32,
+             "n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1, "first_k_dense_replace": 1,
+             "n_group": 2, "topk_group": 1, "routed_scaling_factor": 2.5, "norm_topk_prob": True,
+             "num_nextn_predict_layers": 1, "mtp_loss_factor": 0.3, "moe_router_score_function": "sigmoid",
+             "moe_router_enable_expert_bias": True, "moe_router_load_balancing_type": "seq_aux_loss",
+             "moe_aux_loss_coeff": 0.01, "moe_router_dtype": "float32", "gated_linear_unit": True,
+             "moe_grouped_gemm": True, "use_pad_tokens": False, "moe_token_dispatcher_type": "alltoall",
+             "add_bias_linear": False, "use_flash_attention": True, "use_attn_mask_compression": False,
+             "multi_latent_attention": True, "mla_qkv_concat": False, "qk_layernorm": True, "hidden_act": "silu",
+             "params_dtype": "float32", "compute_dtype": "float32", "layernorm_compute_dtype": "float32",
+             "softmax_compute_dtype": "float32", "rotary_dtype": "float32"}
+
+
+def _deepseek():
+    from mindformers import build_context
+    from mindformers.core.parallel_config import build_parallel_config
+    from mindformers.models.build_model import build_network
+    from mindformers.tools.register import MindFormerConfig
+
+    config = MindFormerConfig(**{
+        "use_legacy": False, "run_mode": "train", "output_dir": _WORK.name, "use_parallel": False,
+        "context": {"mode": 0, "device_target": "CPU"}, "parallel": {"parallel_mode": 0},
+        "parallel_config": {"data_parallel": 1, "model_parallel": 1, "pipeline_stage": 1},
+        "model": {"model_config": dict(_DEEPSEEK)}})
+    build_context(config)
+    build_parallel_config(config)
+    network = build_network(config.model, default_args={"parallel_config": config.parallel_config,
+                                                        "moe_config": config.moe_config})
+    replace_cpu_kernels(network)
+    return network
+
+
+def np_silu_gate(h):
+    """MindFormers' interleaved gated MLP activation: gate and up alternate in the fused output's columns."""
+    gate, up = h[..., 0::2], h[..., 1::2]
+    return gate / (1 + np.exp(-gate)) * up
+
+
+def np_deepseek_moe(x, router_w, bias, w1, w2, shared_fc1, shared_fc2, *, topk, groups, topk_groups, scaling,
+                    coeff):
+    """DeepSeek-V3's MoE block in NumPy: sigmoid scores; experts chosen on the scores plus the expert bias, within
+    the `topk_groups` best groups (a group scored by the sum of its best topk/topk_groups biased scores); gates the
+    unbiased scores at the chosen experts, normalised and scaled; plus the shared expert; the sequence aux loss."""
+    experts = router_w.shape[0]
+    scores = 1 / (1 + np.exp(-(x @ router_w.T)))
+    biased = scores + bias
+    per_group = biased.reshape(len(x), groups, -1)
+    group_score = np.sort(per_group, -1)[..., ::-1][..., :topk // topk_groups].sum(-1)
+    best_groups = np.argsort(-group_score, -1, kind="stable")[:, :topk_groups]
+    keep = np.zeros_like(group_score, bool)
+    np.put_along_axis(keep, best_groups, True, -1)
+    masked = np.where(np.repeat(keep, experts // groups, -1), biased, 0.0)
+    index = np.argsort(-masked, -1, kind="stable")[:, :topk]
+    gate = np.take_along_axis(scores, index, -1)
+    gate = scaling * gate / (gate.sum(-1, keepdims=True) + 1e-20)
+    h, f = x.shape[1], w2.shape[0] // experts
+    w1, w2 = w1.reshape(experts, h, 2 * f), w2.reshape(experts, f, h)
+    out = np_silu_gate(x @ shared_fc1.T) @ shared_fc2.T
+    for n in range(len(x)):
+        for j in range(topk):
+            e = index[n, j]
+            a, b = np.split(x[n] @ w1[e], 2)
+            out[n] += gate[n, j] * ((a / (1 + np.exp(-a)) * b) @ w2[e])
+    p = (scores / (scores.sum(-1, keepdims=True) + 1e-20)).mean(0)
+    load = np.bincount(index.reshape(-1), minlength=experts) / index.size
+    return out, coeff * experts * np.sum(p * load)
+
+
+def check_deepseek_moe() -> None:
+    """DeepSeek-V3's MoE block (layer 1: router with group-limited top-k and expert bias on the top-k stand-in, the
+    experts on theirs, the shared expert) against `np_deepseek_moe`: output, aux loss and gradients."""
+    network = _deepseek()
+    moe = network.model.decoder.layers[1].mlp
+    s, b, h = 32, 2, 64
+    settings = {"topk": 2, "groups": 2, "topk_groups": 1, "scaling": 2.5, "coeff": 0.01}
+
+    class Block(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.moe = moe
+
+        def construct(self, hidden, dy):
+            out, _, aux = self.moe(hidden)
+            return ops.reduce_sum(out * dy) + aux, out, aux
+
+    block = Block()
+    block.set_train(True)
+    x = RNG.standard_normal((s, b, h)).astype(np.float32)
+    dy = RNG.standard_normal((s, b, h)).astype(np.float32)
+    moe.router.weight.set_data(Tensor(RNG.standard_normal(moe.router.weight.shape).astype(np.float32)))
+    # a positive bias: a negative biased score could tie with the zeros MindFormers puts on the other groups'
+    # experts, and the order of tied top-k picks is the kernel's own
+    bias = (0.3 * RNG.random(4)).astype(np.float32)
+    moe.router.expert_bias.set_data(Tensor(bias))
+    parameters = [moe.router.weight, moe.experts.weight1, moe.experts.weight2, moe.shared_experts.linear_fc1.weight,
+                  moe.shared_experts.linear_fc2.weight]
+    base = [x.astype(np.float64), *(p.asnumpy().astype(np.float64) for p in parameters)]
+
+    def tokens(a):
+        return a.transpose(1, 0, 2).reshape(-1, h)
+
+    def objective(hidden, router_w, w1, w2, shared_fc1, shared_fc2):
+        out, aux = np_deepseek_moe(tokens(hidden), router_w, bias.astype(np.float64), w1, w2, shared_fc1,
+                                   shared_fc2, **settings)
+        return np.sum(out * tokens(dy.astype(np.float64))) + aux, out, aux
+
+    _, out, aux = block(Tensor(x), Tensor(dy))
+    _, want_out, want_aux = objective(*base)
+    report("DeepSeek-V3 MoE block: out", tokens(out.asnumpy()), want_out, 5e-5)
+    report("DeepSeek-V3 MoE block: aux loss", aux.asnumpy(), want_aux, 1e-6)
+    grad = ops.GradOperation(get_all=True, get_by_list=True)(_Output(block, 0), ms.ParameterTuple(parameters))
+    (dx, _), weight_grads = grad(Tensor(x), Tensor(dy))
+    analytic = [dx.asnumpy(), *(g.asnumpy() for g in weight_grads)]
+    names = ["d input", "d router.weight", "d experts.weight1", "d experts.weight2", "d shared_experts.linear_fc1",
+             "d shared_experts.linear_fc2"]
+    for index, name in enumerate(names):
+        direction = RNG.standard_normal(base[index].shape)
+        step = 1e-4 * np.linalg.norm(base[index]) / np.linalg.norm(direction)
+        plus, minus = list(base), list(base)
+        plus[index], minus[index] = base[index] + step * direction, base[index] - step * direction
+        numeric = (objective(*plus)[0] - objective(*minus)[0]) / (2 * step)
+        directional = float(np.sum(analytic[index].astype(np.float64) * direction))
+        RESULTS[f"DeepSeek-V3 MoE block: {name} (relative)"] = [abs(directional - numeric) / abs(numeric), 1e-3]
+
+
+def check_multi_latent_attention() -> None:
+    """DeepSeek-V3's attention (layer 0: q and kv down-projections with their norms, up-projections, RoPE on the
+    q/k rope parts after MindFormers' de-interleave, one rope key shared by every head, a value head narrower than
+    the query's, FlashAttention on its stand-in, output projection) against a NumPy forward from its weights, with
+    the model's causal mask and softmax scale; the input gradient along a random direction."""
+    network = _deepseek()
+    gpt = network.model
+    attention = gpt.decoder.layers[0].self_attention
+    c = _DEEPSEEK
+    s, b, h, n = c["seq_length"], 2, c["hidden_size"], c["num_attention_heads"]
+    dn, dr, dv, rank = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"], c["kv_lora_rank"]
+    for linear in (attention.linear_q_down_proj, attention.linear_q_up_proj, attention.linear_kv_down_proj,
+                   attention.linear_kv_up_proj):       # larger weights: scores far from uniform, RoPE and scale matter
+        linear.weight.set_data(Tensor(linear.weight.asnumpy() * 30))
+    x = RNG.standard_normal((s, b, h)).astype(np.float32)
+    ids = Tensor(RNG.integers(1, c["vocab_size"], (b, s)).astype(np.int32))
+
+    class Block(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.gpt, self.attention = gpt, attention
+
+        def construct(self, hidden, input_ids):
+            mask = self.gpt.preprocess_labels_and_masks.casual_mask(input_ids)
+            out, _ = self.attention(hidden, mask, rotary_pos_emb=self.gpt.rotary_pos_emb(hidden.shape[0]))
+            return out
+
+    block = Block()
+    block.set_train(True)
+    out = block(Tensor(x), ids).asnumpy()
+    weight = {name: getattr(attention, name).weight.asnumpy().astype(np.float64)
+              for name in ("linear_q_down_proj", "linear_q_up_proj", "linear_kv_down_proj", "linear_kv_up_proj",
+                           "linear_proj", "q_layernorm", "kv_layernorm")}
+    eps, scale = attention.q_layernorm.eps, float(attention.softmax_scale)
+    inverse = 1.0 / (c.get("rope_theta", 10000.0) ** (np.arange(0, dr, 2, dtype=np.float32) / dr))
+    freqs = np.outer(np.arange(s, dtype=np.float32), inverse).astype(np.float64)
+    emb = np.concatenate([freqs, freqs], -1).reshape(s, 1, 1, dr)
+    causal = np.triu(np.ones((s, s), bool), k=1)
+
+    def rope(t):           # MindFormers' MLA de-interleaves the rope part before the rotate-half RoPE
+        return np_rope(np.concatenate([t[..., 0::2], t[..., 1::2]], -1), emb)
+
+    def forward(hidden):
+        q = np_rms(hidden @ weight["linear_q_down_proj"].T, weight["q_layernorm"], eps)[0]
+        q = (q @ weight["linear_q_up_proj"].T).reshape(s, b, n, dn + dr)
+        down = hidden @ weight["linear_kv_down_proj"].T
+        latent, k_rope = np_rms(down[..., :rank], weight["kv_layernorm"], eps)[0], down[..., rank:]
+        kv = (latent @ weight["linear_kv_up_proj"].T).reshape(s, b, n, dn + dv)
+        q = np.concatenate([q[..., :dn], rope(q[..., dn:])], -1)
+        k = np.concatenate([kv[..., :dn], np.broadcast_to(rope(k_rope.reshape(s, b, 1, dr)), (s, b, n, dr))], -1)
+        tq, tk, tv = (t.transpose(1, 2, 0, 3) for t in (q, k, kv[..., dn:]))
+        attended = np_attention(tq, tk, tv, scale, causal)[0]
+        return attended.transpose(2, 0, 1, 3).reshape(s, b, n * dv) @ weight["linear_proj"].T
+
+    report("DeepSeek-V3 multi-latent attention: out", out, forward(x.astype(np.float64)), 1e-4)
+    dy = RNG.standard_normal(out.shape).astype(np.float32)
+    dx = ops.GradOperation(get_all=True, sens_param=True)(block)(Tensor(x), ids, Tensor(dy))[0].asnumpy()
+    direction = RNG.standard_normal(x.shape)
+    step = 1e-4 * np.linalg.norm(x) / np.linalg.norm(direction)
+    base = x.astype(np.float64)
+    numeric = (np.sum(forward(base + step * direction) * dy) - np.sum(forward(base - step * direction) * dy)) / (2 * step)
+    directional = float(np.sum(dx.astype(np.float64) * direction))
+    RESULTS["DeepSeek-V3 multi-latent attention: d input (relative)"] = [abs(directional - numeric) / abs(numeric),
+                                                                         1e-3]
+
+
 def main() -> int:
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
@@ -368,6 +569,8 @@ def main() -> int:
     check_attention("BNSD", 0, "S,S", n1=4, n2=4)
     check_self_attention()
     check_moe_layer()
+    check_deepseek_moe()
+    check_multi_latent_attention()
     print(json.dumps(RESULTS))
     return 0
 

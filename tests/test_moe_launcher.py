@@ -102,3 +102,48 @@ def test_verify_finds_the_experts_offload_and_recompute_in_the_graph(tmp_path):
     assert layers[2]["copies"] > layers[0]["copies"] == layers[1]["copies"] == layers[3]["copies"] > 0
     assert list(layers[3]["offloaded"]) == ["4"] and layers[3]["offloaded"]["4"] > 0
     assert not any(layers[index]["offloaded"] for index in range(3))
+
+
+DEEPSEEK = ROOT / "configs" / "deepseek3_tiny.yaml"
+
+
+@cache
+def _deepseek(recompute: str, tmp: str) -> tuple[int, dict[int, float], str]:
+    data = yaml.safe_load(DEEPSEEK.read_text())
+    data["recompute_config"] = RECOMPUTE[recompute]
+    config = Path(tmp) / f"deepseek_{recompute}.yaml"
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    output = Path(tmp) / f"deepseek_{recompute}"
+    done = subprocess.run([sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(config),
+                           "--run_mode", "train", "--train_steps", "3", "--output_dir", str(output),
+                           "--train_dataset_dir", str(output / "data" / "tokens.mindrecord")],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **POOL_LOG})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    peaks = CPU_PEAK.findall(done.stdout + done.stderr)
+    assert peaks, "MindSpore printed no memory-pool peak"
+    return int(peaks[-1]), {int(step): float(loss) for step, loss in LOSS.findall(done.stdout)}, done.stdout
+
+
+def test_the_tiny_deepseek_v3_trains_and_its_mtp_layer_takes_the_last_layers_plan(work):
+    _, losses, out = _deepseek("full", work)
+    assert sorted(losses) == [1, 2, 3] and losses[3] < losses[1]
+    assert [f"Set full recompute at layer {index}" in out for index in range(4)] == [True] * 4
+    assert "MTP layer 0 (the last layer's plan, as MindFormers' LayerSetting): Set full recompute" in out
+    assert "2 CPUEmbeddingLookup" in out          # the MTP layer's shared embedding too
+
+
+def test_recompute_lowers_the_deepseek_peak_and_changes_no_loss(work):
+    none, none_losses, _ = _deepseek("none", work)
+    full, full_losses, _ = _deepseek("full", work)
+    mlp, mlp_losses, _ = _deepseek("mlp", work)
+    assert full < 0.8 * none and mlp < none, (none, full, mlp)
+    assert none_losses == full_losses == mlp_losses
+
+
+@pytest.mark.xfail(strict=True, reason="full recompute saves 23%, not a quarter: each router adds its expert load "
+                                       "(the expert bias's count) to a Parameter during the forward, and that "
+                                       "write makes MindSpore run every layer's recomputed forward at the start "
+                                       "of the backward (without the expert bias it saves 30%)")
+def test_full_recompute_lowers_the_deepseek_peak_by_a_quarter(work):
+    assert _deepseek("full", work)[0] <= 0.75 * _deepseek("none", work)[0]
