@@ -184,7 +184,13 @@ def test_llama2_7b_estimate_by_stage():
     assert last.traffic_bytes == 8 * 15 * result.layers[16].effect.bytes("swapped")  # the last layer stays
 
 
-@pytest.mark.parametrize("config", sorted(str(path.relative_to(ROOT)) for path in (ROOT / "configs").rglob("*.yaml")))
+# shipped configs of models the estimate has no terms for yet: it says so in one line naming the key
+NOT_ESTIMATED = {"configs/deepseek3_tiny.yaml": "model.model_config.architectures: DeepseekV3ForCausalLM's "
+                                                "multi-latent attention is not modelled yet"}
+
+
+@pytest.mark.parametrize("config", sorted(str(path.relative_to(ROOT)) for path in (ROOT / "configs").rglob("*.yaml")
+                                          if str(path.relative_to(ROOT)) not in NOT_ESTIMATED))
 def test_estimate_runs_on_every_shipped_config(config, capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
     assert main(["estimate", config, "--png", str(tmp_path / "chart.png")]) == 0
@@ -245,3 +251,11 @@ def test_the_cpu_estimate_says_when_the_runtime_differs_from_the_one_it_was_meas
     assert any("measured on mindspore 2.8.0" in note and "check the estimate with `estimate --measure`" in note
                for note in notes)
     assert not any("measured on" in note for note in estimate_config(ROOT / "configs/llama_tiny.yaml").notes)  # ascend
+
+
+@pytest.mark.parametrize("config", sorted(NOT_ESTIMATED))
+def test_a_shipped_config_the_estimate_does_not_model_gets_one_line(config, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert main(["estimate", config]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and NOT_ESTIMATED[config] in lines[0], lines
