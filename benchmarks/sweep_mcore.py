@@ -32,7 +32,7 @@ import random
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -83,19 +83,24 @@ class McoreConfig:
     recompute: str
     step: str
     model: dict[str, Any] = field(default_factory=dict)
+    base: ClassVar[Path] = BASE_CONFIG                     # the shipped YAML the configs are made from
+    recompute_forms: ClassVar[dict[str, dict[str, Any]]] = RECOMPUTE
+
+    def architecture_keys(self) -> dict[str, Any]:
+        return ARCHITECTURES[self.architecture]
 
     def document(self) -> dict[str, Any]:
-        """The training YAML: the shipped tiny Qwen3 with this architecture, shape, dtypes and sections."""
-        document = yaml.safe_load(BASE_CONFIG.read_text())
+        """The training YAML: the shipped tiny model with this architecture, shape, dtypes and sections."""
+        document = yaml.safe_load(self.base.read_text())
         model = document["model"]["model_config"]
-        model.update(ARCHITECTURES[self.architecture])
+        model.update(self.architecture_keys())
         model.update({key: value for key, value in self.model.items() if key != "batch_size"})
         model["max_position_embeddings"] = self.model["seq_length"]
         model.update(DTYPES[self.dtype])
         batch = self.model["batch_size"]
         document["runner_config"]["batch_size"] = batch
         document["train_dataset"]["batch_size"] = batch
-        document["recompute_config"] = dict(RECOMPUTE[self.recompute])
+        document["recompute_config"] = dict(self.recompute_forms[self.recompute])
         if FORMS[self.step] is None:
             document.pop("runner_wrapper", None)
         else:

@@ -28,18 +28,16 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import Any, ClassVar
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.step_forms import FORMS  # noqa: E402
 from benchmarks.sweep import _estimate, _load, _summary, measured_reference, record_peaks  # noqa: E402
-from benchmarks.sweep_mcore import DTYPES, OFF  # noqa: E402
+from benchmarks.sweep_mcore import DTYPES, OFF, McoreConfig  # noqa: E402
 
 BASE_CONFIG = REPO / "configs" / "qwen3_moe_tiny.yaml"
 DATA = REPO / "benchmarks" / "data" / "sweep_moe_peaks.json"
@@ -62,36 +60,14 @@ MAX_FP32_PEAK = 1.0 * 2**30
 
 
 @dataclass(frozen=True)
-class MoeConfig:
-    name: str
-    half: str                        # "build" or "held-out"
-    dtype: str
-    recompute: str
-    step: str
-    model: dict[str, Any] = field(default_factory=dict)
-    architecture: str = "qwen3_moe"
+class MoeConfig(McoreConfig):
+    """A sweep config made from the shipped tiny Qwen3-MoE."""
 
-    def document(self) -> dict[str, Any]:
-        """The training YAML: the shipped tiny Qwen3-MoE with this shape, routing, dtypes and sections."""
-        document = yaml.safe_load(BASE_CONFIG.read_text())
-        model = document["model"]["model_config"]
-        model.update({key: value for key, value in self.model.items() if key != "batch_size"})
-        model["moe_router_pre_softmax"] = True       # as the wheel's Qwen3-MoE YAML; MindFormers needs it at top-1
-        model["max_position_embeddings"] = self.model["seq_length"]
-        model.update(DTYPES[self.dtype])
-        batch = self.model["batch_size"]
-        document["runner_config"]["batch_size"] = batch
-        document["train_dataset"]["batch_size"] = batch
-        document["recompute_config"] = dict(RECOMPUTE[self.recompute])
-        if FORMS[self.step] is None:
-            document.pop("runner_wrapper", None)
-        else:
-            document["runner_wrapper"] = FORMS[self.step]
-        return document
+    base: ClassVar[Path] = BASE_CONFIG
+    recompute_forms: ClassVar[dict[str, dict[str, Any]]] = RECOMPUTE
 
-    def write(self, path: Path) -> Path:
-        path.write_text(yaml.safe_dump(self.document(), sort_keys=False))
-        return path
+    def architecture_keys(self) -> dict[str, Any]:
+        return {"moe_router_pre_softmax": True}   # as the wheel's Qwen3-MoE YAML; MindFormers needs it at top-1
 
 
 def generate() -> list[MoeConfig]:
@@ -103,7 +79,8 @@ def generate() -> list[MoeConfig]:
         kind = {"dtype": dtypes[(pair // 4) % 2], "recompute": forms[pair % len(forms)],
                 "step": steps[pair % len(steps)]}
         for half in ("build", "held-out"):
-            configs.append(MoeConfig(name=f"m{len(configs):02d}", half=half, model=_shape(rng), **kind))
+            configs.append(MoeConfig(name=f"m{len(configs):02d}", half=half, architecture="qwen3_moe",
+                                     model=_shape(rng), **kind))
     return configs
 
 
