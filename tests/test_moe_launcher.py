@@ -22,6 +22,7 @@ pytestmark = pytest.mark.mindspore
 
 ROOT = Path(__file__).resolve().parents[1]
 MOE = ROOT / "configs" / "qwen3_moe_tiny.yaml"
+DEEPSEEK = ROOT / "configs" / "deepseek3_tiny.yaml"
 LOSS = re.compile(r"step:\[\s*(\d+)/\s*\d+\], loss:\[([\d.]+)/")
 POOL_LOG = {"GLOG_v": "2", "MS_SUBMODULE_LOG_v": "{PRE_ACT:1}"}      # MindSpore prints the pool peak
 OFF = {"recompute": False, "select_recompute": False, "select_comm_recompute": False}
@@ -31,12 +32,13 @@ RECOMPUTE = {"none": OFF, "full": {**OFF, "recompute": True},
 
 
 @cache
-def _trained(recompute: str, tmp: str) -> tuple[int, dict[int, float], str, Path]:
-    data = yaml.safe_load(MOE.read_text())
+def _run(base: Path, recompute: str, tmp: str) -> tuple[int, dict[int, float], str, Path]:
+    """Three steps of `base` with one of the recompute forms: the pool peak (MiB), the losses, the log, the YAML."""
+    data = yaml.safe_load(base.read_text())
     data["recompute_config"] = RECOMPUTE[recompute]
-    config = Path(tmp) / f"moe_{recompute}.yaml"
+    config = Path(tmp) / f"{base.stem}_{recompute}.yaml"
     config.write_text(yaml.safe_dump(data, sort_keys=False))
-    output = Path(tmp) / recompute
+    output = Path(tmp) / f"{base.stem}_{recompute}"
     done = subprocess.run([sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(config),
                            "--run_mode", "train", "--train_steps", "3", "--output_dir", str(output),
                            "--train_dataset_dir", str(output / "data" / "tokens.mindrecord")],
@@ -47,6 +49,10 @@ def _trained(recompute: str, tmp: str) -> tuple[int, dict[int, float], str, Path
     assert peaks, "MindSpore printed no memory-pool peak"
     losses = {int(step): float(loss) for step, loss in LOSS.findall(done.stdout)}
     return int(peaks[-1]), losses, done.stdout, config
+
+
+def _trained(recompute: str, tmp: str) -> tuple[int, dict[int, float], str, Path]:
+    return _run(MOE, recompute, tmp)
 
 
 @pytest.fixture(scope="module")
@@ -104,25 +110,8 @@ def test_verify_finds_the_experts_offload_and_recompute_in_the_graph(tmp_path):
     assert not any(layers[index]["offloaded"] for index in range(3))
 
 
-DEEPSEEK = ROOT / "configs" / "deepseek3_tiny.yaml"
-
-
-@cache
 def _deepseek(recompute: str, tmp: str) -> tuple[int, dict[int, float], str]:
-    data = yaml.safe_load(DEEPSEEK.read_text())
-    data["recompute_config"] = RECOMPUTE[recompute]
-    config = Path(tmp) / f"deepseek_{recompute}.yaml"
-    config.write_text(yaml.safe_dump(data, sort_keys=False))
-    output = Path(tmp) / f"deepseek_{recompute}"
-    done = subprocess.run([sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(config),
-                           "--run_mode", "train", "--train_steps", "3", "--output_dir", str(output),
-                           "--train_dataset_dir", str(output / "data" / "tokens.mindrecord")],
-                          capture_output=True, text=True, timeout=900, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **POOL_LOG})
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    peaks = CPU_PEAK.findall(done.stdout + done.stderr)
-    assert peaks, "MindSpore printed no memory-pool peak"
-    return int(peaks[-1]), {int(step): float(loss) for step, loss in LOSS.findall(done.stdout)}, done.stdout
+    return _run(DEEPSEEK, recompute, tmp)[:3]
 
 
 def test_the_tiny_deepseek_v3_trains_and_its_mtp_layer_takes_the_last_layers_plan(work):
