@@ -284,6 +284,23 @@ def check_self_attention() -> None:
                     lambda *inputs: np.sum(forward(*inputs, fp16=False) * dy), rel_step=1e-3, tolerance=2e-2)
 
 
+class MoeObjective(nn.Cell):
+    """An MoE block's (hidden, dy) -> (sum(out * dy) + aux loss, out, aux loss): one scalar to differentiate."""
+
+    def __init__(self, moe):
+        super().__init__()
+        self.moe = moe
+
+    def construct(self, hidden, dy):
+        out, _, aux = self.moe(hidden)
+        return ops.reduce_sum(out * dy) + aux, out, aux
+
+
+def tokens(a, hidden):
+    """(S, B, h) -> (B*S, h): an MoE layer routes its tokens batch-major."""
+    return a.transpose(1, 0, 2).reshape(-1, hidden)
+
+
 def np_moe(x, router_w, w1, w2, *, topk, scaling, normalize, aux_coeff, fi_accu):
     """MindFormers' MoELayer (softmax TopKRouter, gbs_aux_loss; alltoall dispatcher and grouped matmuls) in NumPy:
     x (N, h) -> out (N, h) and the aux loss."""
@@ -323,16 +340,7 @@ def check_moe_layer() -> None:
     moe = network.model.decoder.layers[0].mlp
     s, b, h = 32, 2, 64
 
-    class Block(nn.Cell):
-        def __init__(self):
-            super().__init__()
-            self.moe = moe
-
-        def construct(self, hidden, dy):
-            out, _, aux = self.moe(hidden)
-            return ops.reduce_sum(out * dy) + aux, out, aux
-
-    block = Block()
+    block = MoeObjective(moe)
     block.set_train(True)
     x = RNG.standard_normal((s, b, h)).astype(np.float32)
     dy = RNG.standard_normal((s, b, h)).astype(np.float32)
@@ -340,18 +348,15 @@ def check_moe_layer() -> None:
     parameters = [moe.router.weight, moe.experts.weight1, moe.experts.weight2]
     base = [x.astype(np.float64), *(p.asnumpy().astype(np.float64) for p in parameters)]
 
-    def tokens(a):                 # (S, B, h) -> (B*S, h): the layer routes tokens batch-major
-        return a.transpose(1, 0, 2).reshape(-1, h)
-
     def objective(hidden, router_w, w1, w2, fi_accu):
-        out, aux = np_moe(tokens(hidden), router_w, w1, w2, fi_accu=fi_accu, **settings)
-        return np.sum(out * tokens(dy.astype(np.float64))) + aux, out, aux
+        out, aux = np_moe(tokens(hidden, h), router_w, w1, w2, fi_accu=fi_accu, **settings)
+        return np.sum(out * tokens(dy.astype(np.float64), h)) + aux, out, aux
 
     fi_accu = np.zeros(4)
     moe.router.fi_accu.set_data(Tensor(fi_accu.astype(np.float32)))
     _, out, aux = block(Tensor(x), Tensor(dy))
     _, want_out, want_aux = objective(*base, fi_accu)
-    report("Qwen3-MoE layer: out", tokens(out.asnumpy()), want_out, 5e-5)
+    report("Qwen3-MoE layer: out", tokens(out.asnumpy(), h), want_out, 5e-5)
     report("Qwen3-MoE layer: aux loss", aux.asnumpy(), want_aux, 1e-6)
     # the gbs aux loss accumulates expert counts across steps (fi_accu): the second step reads the first's
     fi_accu = moe.router.fi_accu.asnumpy().astype(np.float64)
@@ -443,16 +448,7 @@ def check_deepseek_moe() -> None:
     s, b, h = 32, 2, 64
     settings = {"topk": 2, "groups": 2, "topk_groups": 1, "scaling": 2.5, "coeff": 0.01}
 
-    class Block(nn.Cell):
-        def __init__(self):
-            super().__init__()
-            self.moe = moe
-
-        def construct(self, hidden, dy):
-            out, _, aux = self.moe(hidden)
-            return ops.reduce_sum(out * dy) + aux, out, aux
-
-    block = Block()
+    block = MoeObjective(moe)
     block.set_train(True)
     x = RNG.standard_normal((s, b, h)).astype(np.float32)
     dy = RNG.standard_normal((s, b, h)).astype(np.float32)
@@ -465,17 +461,14 @@ def check_deepseek_moe() -> None:
                   moe.shared_experts.linear_fc2.weight]
     base = [x.astype(np.float64), *(p.asnumpy().astype(np.float64) for p in parameters)]
 
-    def tokens(a):
-        return a.transpose(1, 0, 2).reshape(-1, h)
-
     def objective(hidden, router_w, w1, w2, shared_fc1, shared_fc2):
-        out, aux = np_deepseek_moe(tokens(hidden), router_w, bias.astype(np.float64), w1, w2, shared_fc1,
+        out, aux = np_deepseek_moe(tokens(hidden, h), router_w, bias.astype(np.float64), w1, w2, shared_fc1,
                                    shared_fc2, **settings)
-        return np.sum(out * tokens(dy.astype(np.float64))) + aux, out, aux
+        return np.sum(out * tokens(dy.astype(np.float64), h)) + aux, out, aux
 
     _, out, aux = block(Tensor(x), Tensor(dy))
     _, want_out, want_aux = objective(*base)
-    report("DeepSeek-V3 MoE block: out", tokens(out.asnumpy()), want_out, 5e-5)
+    report("DeepSeek-V3 MoE block: out", tokens(out.asnumpy(), h), want_out, 5e-5)
     report("DeepSeek-V3 MoE block: aux loss", aux.asnumpy(), want_aux, 1e-6)
     grad = ops.GradOperation(get_all=True, get_by_list=True)(_Output(block, 0), ms.ParameterTuple(parameters))
     (dx, _), weight_grads = grad(Tensor(x), Tensor(dy))
@@ -549,6 +542,7 @@ def check_multi_latent_attention() -> None:
 def main() -> int:
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
+    ms.set_seed(0)        # the models' initial weights: every run checks the same numbers
     check_small_kernels()
     for layout in ("BNSD", "BSND", "BSH", "SBH"):
         check_attention(layout, 0, "S,S")
