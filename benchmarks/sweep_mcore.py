@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -174,27 +175,27 @@ def _affordable(model: dict[str, Any]) -> bool:
     return gflop <= MAX_TRAIN_GFLOP and activations + 3 * params <= MAX_FP32_PEAK and s * b <= 2048
 
 
-def compare(halves: list[str], which: str = "sweep") -> float:
-    """Print `estimate --runtime cpu` against the recorded peaks of `halves`; return the worst held-out error."""
+def _columns(config: McoreConfig) -> list[str]:
+    m = config.model
+    return [config.name, config.half, config.architecture, str(m["num_hidden_layers"]), str(m["hidden_size"]),
+            f"{m['num_attention_heads']}x{m['head_dim']}/{m['num_key_value_heads']}", str(m["seq_length"]),
+            str(m["batch_size"]), str(m["vocab_size"]), str(m["intermediate_size"]), config.dtype,
+            f"{config.recompute}; {config.step}"]
+
+
+def estimate_rows(configs: list[McoreConfig], data: dict, halves: list[str],
+                  columns: Callable[[McoreConfig], list[str]]) -> tuple[list[list[str]], dict[str, list[float]]]:
+    """One table row per config of `halves` (its `columns`, then measured, estimated, error and the estimate's peak
+    moment), and the absolute errors per half, against the recorded peaks in `data`."""
     import tempfile
 
-    from benchmarks.common import print_table
-
-    path = data_file(which)
-    data = _load(path)
     measured = {entry["name"]: entry for entry in data.get("configs", [])}
-    halves = [which] if which != "sweep" else halves
     rows, errors = [], {half: [] for half in halves}
     with tempfile.TemporaryDirectory(prefix="mf_memopt_sweep_") as tmp:
-        for config in generate(which):
-            entry = measured.get(config.name)
+        for config in configs:
             if config.half not in halves:
                 continue
-            m = config.model
-            shape = [config.name, config.half, config.architecture, str(m["num_hidden_layers"]), str(m["hidden_size"]),
-                     f"{m['num_attention_heads']}x{m['head_dim']}/{m['num_key_value_heads']}", str(m["seq_length"]),
-                     str(m["batch_size"]), str(m["vocab_size"]), str(m["intermediate_size"]), config.dtype,
-                     f"{config.recompute}; {config.step}"]
+            entry, shape = measured.get(config.name), columns(config)
             if entry is None or "measured_mib" not in entry:
                 rows.append(shape + ["-", "-", entry.get("error", "not measured")[:60] if entry else "not measured",
                                      ""])
@@ -204,6 +205,17 @@ def compare(halves: list[str], which: str = "sweep") -> float:
             error = (estimated - reference) / reference
             errors[config.half].append(abs(error))
             rows.append(shape + [f"{reference:.2f}", f"{estimated:.2f}", f"{error:+.1%}", term])
+    return rows, errors
+
+
+def compare(halves: list[str], which: str = "sweep") -> float:
+    """Print `estimate --runtime cpu` against the recorded peaks of `halves`; return the worst held-out error."""
+    from benchmarks.common import print_table
+
+    path = data_file(which)
+    data = _load(path)
+    halves = [which] if which != "sweep" else halves
+    rows, errors = estimate_rows(generate(which), data, halves, _columns)
     print_table(f"(e2) mcore sweep: estimate --runtime cpu against the measured memory-pool peak (MiB, to the byte); "
                 f"data {path.relative_to(REPO)} (MindSpore {data.get('mindspore')}, launcher {data.get('launcher')})",
                 ("config", "half", "model", "layers", "h", "heads x d/kv", "s", "b", "v", "f", "dtypes",

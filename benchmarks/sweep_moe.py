@@ -36,8 +36,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.step_forms import FORMS  # noqa: E402
-from benchmarks.sweep import _estimate, _load, _summary, measured_reference, record_peaks  # noqa: E402
-from benchmarks.sweep_mcore import DTYPES, OFF, McoreConfig  # noqa: E402
+from benchmarks.sweep import _load, _summary, record_peaks  # noqa: E402
+from benchmarks.sweep_mcore import DTYPES, OFF, McoreConfig, estimate_rows  # noqa: E402
 
 BASE_CONFIG = REPO / "configs" / "qwen3_moe_tiny.yaml"
 DATA = REPO / "benchmarks" / "data" / "sweep_moe_peaks.json"
@@ -118,35 +118,21 @@ def _affordable(model: dict[str, Any]) -> bool:
     return gflop <= MAX_TRAIN_GFLOP and activations + 3 * params <= MAX_FP32_PEAK and s * b <= 1024
 
 
+def _columns(config: MoeConfig) -> list[str]:
+    m = config.model
+    return [config.name, config.half, str(m["num_hidden_layers"]), str(m["hidden_size"]),
+            f"{m['num_attention_heads']}x{m['head_dim']}/{m['num_key_value_heads']}",
+            f"{m['num_experts']}/{m['num_experts_per_tok']}x{m['moe_intermediate_size']}",
+            str(m["seq_length"]), str(m["batch_size"]), str(m["vocab_size"]), config.dtype,
+            f"{config.recompute}; {config.step}"]
+
+
 def compare(halves: list[str]) -> float:
     """Print `estimate --runtime cpu` against the recorded peaks of `halves`; return the worst held-out error."""
-    import tempfile
-
     from benchmarks.common import print_table
 
     data = _load(DATA)
-    measured = {entry["name"]: entry for entry in data.get("configs", [])}
-    rows, errors = [], {half: [] for half in halves}
-    with tempfile.TemporaryDirectory(prefix="mf_memopt_sweep_") as tmp:
-        for config in generate():
-            entry = measured.get(config.name)
-            if config.half not in halves:
-                continue
-            m = config.model
-            shape = [config.name, config.half, str(m["num_hidden_layers"]), str(m["hidden_size"]),
-                     f"{m['num_attention_heads']}x{m['head_dim']}/{m['num_key_value_heads']}",
-                     f"{m['num_experts']}/{m['num_experts_per_tok']}x{m['moe_intermediate_size']}",
-                     str(m["seq_length"]), str(m["batch_size"]), str(m["vocab_size"]), config.dtype,
-                     f"{config.recompute}; {config.step}"]
-            if entry is None or "measured_mib" not in entry:
-                rows.append(shape + ["-", "-", entry.get("error", "not measured")[:60] if entry else "not measured",
-                                     ""])
-                continue
-            estimated, term = _estimate(config.write(Path(tmp) / f"{config.name}.yaml"))
-            reference = measured_reference(entry)
-            error = (estimated - reference) / reference
-            errors[config.half].append(abs(error))
-            rows.append(shape + [f"{reference:.2f}", f"{estimated:.2f}", f"{error:+.1%}", term])
+    rows, errors = estimate_rows(generate(), data, halves, _columns)
     print_table(f"(e3) Qwen3-MoE sweep: estimate --runtime cpu against the measured memory-pool peak (MiB, to the "
                 f"byte); data {DATA.relative_to(REPO)} (MindSpore {data.get('mindspore')}, launcher "
                 f"{data.get('launcher')})",

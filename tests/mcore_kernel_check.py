@@ -219,6 +219,19 @@ def _qwen3_layer(**model):
     return network
 
 
+class AttentionBlock(nn.Cell):
+    """A layer's self-attention as the model runs it: the model's causal mask and rotary embedding around it."""
+
+    def __init__(self, gpt, attention):
+        super().__init__()
+        self.gpt, self.attention = gpt, attention
+
+    def construct(self, hidden, input_ids):
+        mask = self.gpt.preprocess_labels_and_masks.casual_mask(input_ids)
+        out, _ = self.attention(hidden, mask, rotary_pos_emb=self.gpt.rotary_pos_emb(hidden.shape[0]))
+        return out
+
+
 def np_rope(x, emb):
     half = x.shape[-1] // 2
     return x * np.cos(emb) + np.concatenate([-x[..., half:], x[..., :half]], -1) * np.sin(emb)
@@ -236,17 +249,7 @@ def check_self_attention() -> None:
     x = RNG.standard_normal((s, b, h)).astype(np.float32)
     ids = Tensor(RNG.integers(1, cfg.vocab_size, (b, s)).astype(np.int32))
 
-    class Block(nn.Cell):
-        def __init__(self):
-            super().__init__()
-            self.gpt, self.attention = gpt, attention
-
-        def construct(self, hidden, input_ids):
-            mask = self.gpt.preprocess_labels_and_masks.casual_mask(input_ids)
-            out, _ = self.attention(hidden, mask, rotary_pos_emb=self.gpt.rotary_pos_emb(hidden.shape[0]))
-            return out
-
-    block = Block()
+    block = AttentionBlock(gpt, attention)
     block.set_train(True)
     out = block(Tensor(x), ids).asnumpy()
     w_qkv, w_out = (attention.linear_qkv.weight.asnumpy().astype(np.float64),
@@ -495,17 +498,7 @@ def check_multi_latent_attention() -> None:
     x = RNG.standard_normal((s, b, h)).astype(np.float32)
     ids = Tensor(RNG.integers(1, c["vocab_size"], (b, s)).astype(np.int32))
 
-    class Block(nn.Cell):
-        def __init__(self):
-            super().__init__()
-            self.gpt, self.attention = gpt, attention
-
-        def construct(self, hidden, input_ids):
-            mask = self.gpt.preprocess_labels_and_masks.casual_mask(input_ids)
-            out, _ = self.attention(hidden, mask, rotary_pos_emb=self.gpt.rotary_pos_emb(hidden.shape[0]))
-            return out
-
-    block = Block()
+    block = AttentionBlock(gpt, attention)
     block.set_train(True)
     out = block(Tensor(x), ids).asnumpy()
     weight = {name: getattr(attention, name).weight.asnumpy().astype(np.float64)

@@ -35,12 +35,16 @@ OWN = {**{f"layers.{i}.{path}": {"recompute": True} for i in LAYERS
 
 
 @cache
-def _results() -> dict:
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "mcore_differential.py"), "--model", "qwen3_moe",
-                           *SAME, *SWAP, *STOPS], capture_output=True, text=True, timeout=900, cwd=ROOT,
-                          env={**os.environ, "GLOG_v": "3"})
+def _differential(model: str, *cases: str) -> dict:
+    """{case: {"theirs", "ours", "off"}} for `model`, the cases built in this order in one child process."""
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "mcore_differential.py"), "--model", model, *cases],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT, env={**os.environ, "GLOG_v": "3"})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])["qwen3_moe"]
+    return json.loads(done.stdout.strip().splitlines()[-1])[model]
+
+
+def _results() -> dict:
+    return _differential("qwen3_moe", *SAME, *SWAP, *STOPS)
 
 
 @pytest.mark.parametrize("name", SAME)
@@ -111,13 +115,8 @@ DEEPSEEK_SAME = ("full recompute of every layer", "full recompute of the layers 
 DEEPSEEK_SWAP = ("layer swap of the first and last layers", "op swap of the MTP layer's attention")
 
 
-@cache
 def _deepseek() -> dict:
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "mcore_differential.py"), "--model", "deepseek3",
-                           *DEEPSEEK_SAME, *DEEPSEEK_SWAP], capture_output=True, text=True, timeout=900, cwd=ROOT,
-                          env={**os.environ, "GLOG_v": "3"})
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])["deepseek3"]
+    return _differential("deepseek3", *DEEPSEEK_SAME, *DEEPSEEK_SWAP)
 
 
 @pytest.mark.parametrize("name", DEEPSEEK_SAME)
