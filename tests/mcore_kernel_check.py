@@ -195,28 +195,33 @@ def check_attention(layout, sparse_mode, mask_form, s1=32, s2=32, b=2, n1=4, n2=
 _WORK = tempfile.TemporaryDirectory(prefix="mf_memopt_check_")   # removed when the check ends
 
 
-def _qwen3_layer(**model):
-    """A one-layer Qwen3 built by MindFormers (hidden 64, 4 heads over 2 KV heads of 16, seq 32), stand-ins on;
-    `model` overrides model_config keys (a Qwen3-MoE with them)."""
+def _build(model_config: dict):
+    """An mcore model built by MindFormers for one CPU process from `model_config`, the CPU stand-ins installed."""
     from mindformers import build_context
     from mindformers.core.parallel_config import build_parallel_config
     from mindformers.models.build_model import build_network
     from mindformers.tools.register import MindFormerConfig
 
-    from mf_memopt.models.mcore.layers import _TINY
-
     config = MindFormerConfig(**{
         "use_legacy": False, "run_mode": "train", "output_dir": _WORK.name,
         "use_parallel": False, "context": {"mode": 0, "device_target": "CPU"}, "parallel": {"parallel_mode": 0},
         "parallel_config": {"data_parallel": 1, "model_parallel": 1, "pipeline_stage": 1},
-        "model": {"model_config": {**_TINY, "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
-                                   "qk_layernorm": True, "rope_theta": 1000000.0, **model}}})
+        "model": {"model_config": model_config}})
     build_context(config)
     build_parallel_config(config)
     network = build_network(config.model, default_args={"parallel_config": config.parallel_config,
                                                         "moe_config": config.moe_config})
     replace_cpu_kernels(network)
     return network
+
+
+def _qwen3_layer(**model):
+    """A one-layer Qwen3 built by MindFormers (hidden 64, 4 heads over 2 KV heads of 16, seq 32), stand-ins on;
+    `model` overrides model_config keys (a Qwen3-MoE with them)."""
+    from mf_memopt.models.mcore.layers import _TINY
+
+    return _build({**_TINY, "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "qk_layernorm": True,
+                   "rope_theta": 1000000.0, **model})
 
 
 class AttentionBlock(nn.Cell):
@@ -389,22 +394,7 @@ _DEEPSEEK = {"model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausal
 
 
 def _deepseek():
-    from mindformers import build_context
-    from mindformers.core.parallel_config import build_parallel_config
-    from mindformers.models.build_model import build_network
-    from mindformers.tools.register import MindFormerConfig
-
-    config = MindFormerConfig(**{
-        "use_legacy": False, "run_mode": "train", "output_dir": _WORK.name, "use_parallel": False,
-        "context": {"mode": 0, "device_target": "CPU"}, "parallel": {"parallel_mode": 0},
-        "parallel_config": {"data_parallel": 1, "model_parallel": 1, "pipeline_stage": 1},
-        "model": {"model_config": dict(_DEEPSEEK)}})
-    build_context(config)
-    build_parallel_config(config)
-    network = build_network(config.model, default_args={"parallel_config": config.parallel_config,
-                                                        "moe_config": config.moe_config})
-    replace_cpu_kernels(network)
-    return network
+    return _build(dict(_DEEPSEEK))
 
 
 def np_silu_gate(h):
