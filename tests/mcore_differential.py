@@ -4,6 +4,7 @@ one JSON line, {model: {case: {"theirs": marks, "ours": marks, "off": marks of t
 applied its plan}}}.
 
     python tests/mcore_differential.py [--model qwen3|telechat3|qwen3_moe] [CASE ...]
+    python tests/mcore_differential.py --params MODEL ...     # trainable parameters per layer, as built
 
 Run by tests/test_differential_mcore.py in a child process (an mcore build switches MindFormers'
 process-wide context). Swap is written in MindFormers' own spelling (`model_config: {swap, layer_swap,
@@ -172,8 +173,37 @@ def marks(network) -> dict:
     return found
 
 
+def parameters(network) -> dict[str, int]:
+    """Trainable parameter elements of the built network per decoder layer (`layers.N`), per MTP layer
+    (`mtp.layers.N`) and the rest (`model`: embedding, final norm, output head)."""
+    counts: dict[str, int] = {}
+    for parameter in network.trainable_params():
+        parts = parameter.name.split(".")
+        if "decoder" in parts and "layers" in parts:
+            at = parts.index("layers")
+            group = f"layers.{parts[at + 1]}"
+        elif "mtp" in parts and "layers" in parts:
+            at = parts.index("layers")
+            group = f"mtp.layers.{parts[at + 1]}"
+        else:
+            group = "model"
+        size = 1
+        for extent in parameter.shape:
+            size *= int(extent)
+        counts[group] = counts.get(group, 0) + size
+    return counts
+
+
 def main(argv: list[str]) -> int:
     from mf_memopt import apply_plan, load_plan
+
+    if argv[:1] == ["--params"]:
+        work = tempfile.TemporaryDirectory(prefix="mf_memopt_params_")
+        print(json.dumps({model: {"config": document({}, model, work.name),
+                                  "built": parameters(build(document({}, model, work.name), ours=True))}
+                          for model in argv[1:]}))
+        work.cleanup()
+        return 0
 
     models = ["qwen3", "telechat3"]
     if argv[:1] == ["--model"]:

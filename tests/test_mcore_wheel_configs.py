@@ -13,6 +13,7 @@ import pytest
 from mf_memopt import load_plan
 from mf_memopt.config.errors import ConfigError
 from mf_memopt.estimate import estimate_config
+from mf_memopt.estimate.memory import stage_parameters
 
 pytestmark = pytest.mark.mindspore
 
@@ -63,8 +64,9 @@ def test_without_the_directory_one_error_names_the_file(name):
 
 
 MOE = {"qwen3_moe/pretrain_qwen3_30b_a3b_4k.yaml": (48, 4)}
-# multi-latent attention, dense first layers and MTP layers: validated and planned, not yet estimated
-MLA = {"deepseek3/pretrain_deepseek3_671b.yaml": (61, 8)}
+# multi-latent attention, dense first layers and an MTP layer: (layers, stages, experts per device of an MoE layer)
+MLA = {"deepseek3/pretrain_deepseek3_671b.yaml": (61, 8, 256 // 32),
+       "deepseek3/pretrain_deepseek3_12b_16p_pp16.yaml": (16, 16, 64)}
 
 
 @pytest.mark.parametrize("name", MOE)
@@ -81,10 +83,31 @@ def test_the_wheels_qwen3_moe_yaml_estimates_and_counts_its_experts(name):
 
 
 @pytest.mark.parametrize("name", MLA)
-def test_the_wheels_deepseek_yaml_plans_and_says_what_the_estimate_lacks(name):
+def test_the_wheels_deepseek_yamls_estimate_dense_and_moe_layers_and_the_mtp_layer(name):
+    layers, stages, local_experts = MLA[name]
     plan = load_plan(WHEEL / name)
-    assert (plan.num_layers, plan.layout.stages) == MLA[name]
+    assert (plan.num_layers, plan.layout.stages) == (layers, stages)
+    estimate = estimate_config(WHEEL / name)
+    model, parallel = estimate.model, estimate.parallel
+    assert model.mla and model.mtp_layers == 1 and model.dense_layers in (1, 3)
+    assert model.experts // parallel.expert == local_experts
+    saved = {layer.label: layer.effect.bytes() for layer in estimate.layers}
+    # a dense first layer keeps less than an MoE layer; the MTP layer (an MoE layer and its own inputs) more
+    assert saved["0"] < saved[str(model.dense_layers)] < saved["mtp.0"]
+    assert [layer.label for layer in estimate.layers if layer.stage == stages - 1][-1] == "mtp.0"
+    # the last stage holds the MTP layer's parameters: more than a stage of as many decoder layers alone
+    last = estimate.stages[-1]
+    alone = stage_parameters(model, parallel, last.layers, first=False, last=False)
+    assert last.parameters > alone + model.vocab * model.hidden // parallel.tensor
+    assert all(0 < stage.peak.peak < 128 * 2**30 for stage in estimate.stages)
+
+
+def test_the_wheels_telechat3_moe_yaml_is_refused_for_the_offsets_mindformers_refuses():
+    # 45 layers on 8 stages with offset 0: MindFormers' LayerSetting stops ("The sum of `offset` (0) should equal to
+    # remainder of `num_layers` (45) % (pp (8) * pp_interleave_num (1)) = 5"), and so does validate, first
     with pytest.raises(ConfigError) as error:
-        estimate_config(WHEEL / name)
+        load_plan(WHEEL / "telechat3_moe/pretrain_telechat3_105b_a4b_4k.yaml")
+    assert [issue.path for issue in error.value.issues] == ["model.model_config.offset"]
     (issue,) = error.value.issues
-    assert "multi-latent attention is not modelled yet" in issue.message
+    assert issue.message.endswith("(pipeline_stage (8) * pp_interleave_num (1)) = 5")
+    assert issue.hint.startswith("make the offsets add up to 5")

@@ -148,7 +148,7 @@ class _Context:
     def read(cls, source: Source, runtime: str, hardware: Hardware, text: str, output_name: str) -> _Context:
         plan = plan_source(source)
         issues: list[ConfigIssue] = []
-        spec = read_spec(source, plan.family, issues)
+        spec = read_spec(source, plan.family, issues, runtime=runtime)
         raise_if_errors(issues)
         return cls(source=source, plan=plan, spec=spec, runtime=runtime, hardware=hardware, text=text,
                    output_name=output_name, cells=plan.family.auto_cells_for(source))

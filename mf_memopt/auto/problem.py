@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..config.plan import Plan
 from ..estimate.memory import in_flight, stage_parameters
@@ -28,9 +28,11 @@ def stage_problems(plan: Plan, spec: tuple[ModelSpec, ParallelSpec, OptimizerSpe
                    *, runtime: str, hardware: Hardware) -> list[StageProblem]:
     model, parallel, optimizer = spec
     family = plan.family
-    inventory, ops = family.inventory(model, parallel, runtime), family.layer_ops(model, parallel)
-    prints = footprints(choices, inventory, ops, family)
-    forward_s = hardware.seconds(sum(op.flops for op in ops))
+    kinds = {kind: footprints(choices, family.inventory(kind, parallel, runtime), family.layer_ops(kind, parallel),
+                              family) for kind in model.layer_kinds}
+    seconds = {kind: hardware.seconds(sum(op.flops for op in family.layer_ops(kind, parallel)))
+               for kind in model.layer_kinds}
+    mtp = _mtp_prints(plan, model, parallel, choices, runtime, hardware)
     steps = parallel.micro_batches * parallel.grad_accumulation
     problems = []
     terms = None
@@ -40,22 +42,58 @@ def stage_problems(plan: Plan, spec: tuple[ModelSpec, ParallelSpec, OptimizerSpe
         starts = frozenset(index for index, layer in enumerate(members)
                            if index == 0 or layer.chunk != members[index - 1].chunk)
         first, last = stage == 0, stage == plan.layout.stages - 1
+        # the MTP layers take the last decoder layer's plan: the last position's choice is theirs too
+        at = [kinds[model.layer_model(layer.layer)] for layer in members]
+        forward = [seconds[model.layer_model(layer.layer)] for layer in members]
+        if last and mtp is not None:
+            at[-1] = tuple(_with_followers(footprint, mtp[0]) for footprint in at[-1])
+            forward[-1] += mtp[1]
         if runtime == "cpu":
+            prints = at[0]
             terms = cpu_terms(family, model, {footprint.choice: footprint.effect for footprint in prints},
                               {footprint.choice: footprint.attention_rebuilt for footprint in prints}, n)
             limits: AscendStage | CpuStage = CpuStage(family=family, model=model, terms=terms, positions=n)
         else:
             limits = AscendStage(model=model, parallel=parallel, optimizer=optimizer,
-                                 params=stage_parameters(model, parallel, n, first, last),
+                                 params=stage_parameters(model, parallel, [layer.layer for layer in members], first,
+                                                         last),
                                  factor=in_flight(stage, parallel, plan.layout.chunks), first=first, last=last,
                                  positions=n)
-        positions = tuple(tuple(option for footprint in prints
-                                if (option := _option(footprint, index, n, runtime, forward_s, steps, hardware,
+        positions = tuple(tuple(option for footprint in at[index]
+                                if (option := _option(footprint, index, n, runtime, forward[index], steps, hardware,
                                                       terms)))
                           for index in range(n))
         problems.append(StageProblem(stage=stage, layers=tuple(layer.layer for layer in members), chunk_starts=starts,
-                                     positions=positions, limits=limits, compute_s=steps * 3 * forward_s * n))
+                                     positions=positions, limits=limits, compute_s=steps * 3 * sum(forward)))
     return problems
+
+
+def _mtp_prints(plan: Plan, model: ModelSpec, parallel: ParallelSpec, choices: tuple[Choice, ...], runtime: str,
+                hardware: Hardware) -> tuple[dict[Choice, Footprint], float] | None:
+    """Each choice's footprint on all the MTP layers together, and their forward seconds; None without MTP."""
+    if not model.mtp_layers:
+        return None
+    family = plan.family
+    ops = family.mtp_ops(model, parallel)
+    prints = footprints(choices, family.mtp_inventory(model, parallel, runtime), ops, family)
+    return ({footprint.choice: _times(footprint, model.mtp_layers) for footprint in prints},
+            model.mtp_layers * hardware.seconds(sum(op.flops for op in ops)))
+
+
+def _times(footprint: Footprint, count: int) -> Footprint:
+    effect = footprint.effect
+    return replace(footprint, effect=replace(effect, tensors=effect.tensors * count,
+                                             recompute_flops=effect.recompute_flops * count))
+
+
+def _with_followers(footprint: Footprint, followers: dict[Choice, Footprint]) -> Footprint:
+    """A layer's footprint with its followers' under the same choice: their tensors and recompute added (their
+    rebuilt tensors too, although their backward runs before the layer's: the planner errs on the safe side)."""
+    other = followers[footprint.choice].effect
+    effect = footprint.effect
+    return replace(footprint, effect=replace(effect, tensors=effect.tensors + other.tensors,
+                                             recompute_flops=effect.recompute_flops + other.recompute_flops),
+                   attention_rebuilt=footprint.attention_rebuilt or followers[footprint.choice].attention_rebuilt)
 
 
 def _option(footprint: Footprint, index: int, n: int, runtime: str, forward_s: float, steps: int,

@@ -7,12 +7,12 @@ from pathlib import Path
 
 from ..config.errors import ConfigIssue, raise_if_errors
 from ..config.load import plan_source
-from ..config.plan import Plan
+from ..config.plan import LayerPlan, Plan
 from ..config.source import Source, load_source
 from .compress import compress_effect
 from .effects import LayerEffect, layer_effect
 from .memory import StagePeak, ascend_peak, cpu_pool_peak, in_flight, stage_parameters
-from .spec import CPU_DTYPES, ModelSpec, OptimizerSpec, ParallelSpec, read_spec
+from .spec import ModelSpec, OptimizerSpec, ParallelSpec, read_spec
 from .step import StepForm, step_form
 from .transfer import Hardware, LayerTransfer, swap_timeline
 from .versions import runtime_version_notes
@@ -28,9 +28,15 @@ class LayerEstimate:
     chunk: int
     effect: LayerEffect
     transfer: LayerTransfer
+    mtp: int | None = None      # the index of a multi-token-prediction layer (`layer` numbers it after the decoder)
+
+    @property
+    def label(self) -> str:
+        """How reports name it: the decoder layer's index, or `mtp.N`."""
+        return str(self.layer) if self.mtp is None else f"mtp.{self.mtp}"
 
     def to_dict(self) -> dict:
-        return {"layer": self.layer, "stage": self.stage, "chunk": self.chunk,
+        return {"layer": self.layer, "stage": self.stage, "chunk": self.chunk, "mtp": self.mtp,
                 "saved_bytes": self.effect.bytes(), "kept_bytes": self.effect.bytes("kept"),
                 "recomputed_bytes": self.effect.bytes("recomputed"), "swapped_bytes": self.effect.bytes("swapped"),
                 "recompute_flops": self.effect.recompute_flops,
@@ -99,9 +105,7 @@ def estimate_source(source: Source, *, runtime: str = "ascend", hardware: Hardwa
     """`estimate_config` of an already loaded YAML (e.g. one written in memory by `auto`)."""
     plan = plan_source(source)
     issues: list[ConfigIssue] = []
-    spec = read_spec(source, plan.family, issues)
-    if runtime == "cpu" and spec is not None:
-        issues += _cpu_dtype_issues(source, spec[0])
+    spec = read_spec(source, plan.family, issues, runtime=runtime)
     if runtime == "cpu" and plan.layout.stages > 1:
         issues.append(source.issue(("parallel_config", "pipeline_stage"), "the cpu runtime models the launcher's "
                                    "single-stage training", "estimate pipeline configs with the ascend runtime"))
@@ -112,34 +116,41 @@ def estimate_source(source: Source, *, runtime: str = "ascend", hardware: Hardwa
     return replace(estimate, step=step_form(source))
 
 
-def _cpu_dtype_issues(source, model: ModelSpec) -> list[ConfigIssue]:
-    written = source.get(("model", "model_config")) or {}
-    return [source.issue(("model", "model_config", key), f"{value} has no CPU kernels in MindSpore 2.9"
-                         + ("" if key in written else " (MindFormers' default: the key is not written)"),
-                         "use float32 or float16 with the cpu runtime; bfloat16 is modelled by the ascend runtime")
-            for key, value in model.dtypes if value not in CPU_DTYPES]
-
-
 def _estimate(plan: Plan, model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSpec, *, runtime: str,
               hardware: Hardware) -> Estimate:
     family = plan.family
-    inventory, ops = family.inventory(model, parallel, runtime), family.layer_ops(model, parallel)
     element_bytes = 4 if runtime == "cpu" else model.compute_bytes
     compression = family.compression if any(layer.op_compress for layer in plan.layers) else None
-    effects = [compress_effect(layer, layer_effect(layer, inventory, ops, family.cell_outputs,
+    kinds = {kind: (family.inventory(kind, parallel, runtime), family.layer_ops(kind, parallel))
+             for kind in model.layer_kinds}
+
+    def effect_of(layer: LayerPlan, inventory: list, ops: list) -> LayerEffect:
+        return compress_effect(layer, layer_effect(layer, inventory, ops, family.cell_outputs,
                                                    family.primitive_recompute), compression, element_bytes, model)
-               for layer in plan.layers]
-    forward_flops = sum(op.flops for op in ops)
+
+    units = {layer.layer: (effect_of(layer, *kinds[model.layer_model(layer.layer)]),
+                           sum(op.flops for op in kinds[model.layer_model(layer.layer)][1])) for layer in plan.layers}
+    if model.mtp_layers:
+        # MindFormers gives each MTP layer the last decoder layer's id: its stage and plan
+        last = plan.layers[-1]
+        inventory, ops = family.mtp_inventory(model, parallel, runtime), family.mtp_ops(model, parallel)
+        for index in range(model.mtp_layers):
+            follower = replace(last, layer=plan.num_layers + index)
+            units[follower.layer] = (effect_of(follower, inventory, ops), sum(op.flops for op in ops))
     layers, stages = [], []
     for stage in range(plan.layout.stages):
         members = [layer for layer in plan.layers if layer.stage == stage]
-        stage_effects = [effects[layer.layer] for layer in members]
-        transfers = swap_timeline(stage_effects, [forward_flops] * len(members), hardware)
-        layers += [LayerEstimate(layer=layer.layer, stage=stage, chunk=layer.chunk, effect=effect, transfer=transfer)
+        if stage == plan.layout.stages - 1:
+            members += [replace(plan.layers[-1], layer=plan.num_layers + index) for index in range(model.mtp_layers)]
+        stage_effects = [units[layer.layer][0] for layer in members]
+        flops = [units[layer.layer][1] for layer in members]
+        transfers = swap_timeline(stage_effects, flops, hardware)
+        layers += [LayerEstimate(layer=layer.layer, stage=stage, chunk=layer.chunk, effect=effect, transfer=transfer,
+                                 mtp=layer.layer - plan.num_layers if layer.layer >= plan.num_layers else None)
                    for layer, effect, transfer in zip(members, stage_effects, transfers)]
         stages.append(_stage(model, parallel, optimizer, plan, stage, stage_effects, transfers, runtime, hardware,
-                             forward_flops))
-    notes = sorted({note for effect in effects for note in effect.notes})
+                             sum(flops)))
+    notes = sorted({note for effect, _ in units.values() for note in effect.notes})
     if runtime == "cpu":
         notes += runtime_version_notes(family.cpu_measured_on)
     return Estimate(config=plan.file, runtime=runtime, hardware=hardware, model=model, parallel=parallel,
@@ -149,8 +160,11 @@ def _estimate(plan: Plan, model: ModelSpec, parallel: ParallelSpec, optimizer: O
 def _stage(model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSpec, plan: Plan, stage: int,
            effects: list[LayerEffect], transfers: list[LayerTransfer], runtime: str, hardware: Hardware,
            forward_flops: int) -> StageEstimate:
+    """One stage's peak and time; `effects` are its decoder layers' and, on the last stage, the MTP layers';
+    `forward_flops` their forward's sum."""
     first, last = stage == 0, stage == plan.layout.stages - 1
-    params = stage_parameters(model, parallel, len(effects), first, last)
+    decoder = tuple(layer.layer for layer in plan.layers if layer.stage == stage)
+    params = stage_parameters(model, parallel, decoder, first, last)
     factor = in_flight(stage, parallel, plan.layout.chunks)
     if runtime == "cpu":
         peak = cpu_pool_peak(plan.family, model, effects)
@@ -161,9 +175,9 @@ def _stage(model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSpec, p
     swapped = sum(effect.bytes("swapped") for effect, transfer in zip(effects, transfers)
                   if not transfer.on_device_at_turn)
     return StageEstimate(
-        stage=stage, layers=tuple(effect.layer for effect in effects), parameters=params, in_flight=factor,
+        stage=stage, layers=decoder, parameters=params, in_flight=factor,
         peak=peak, host_bytes=round(factor * swapped), traffic_bytes=steps * swapped,
-        compute_s=steps * 3 * hardware.seconds(forward_flops * len(effects)),
+        compute_s=steps * 3 * hardware.seconds(forward_flops),
         recompute_s=steps * hardware.seconds(sum(effect.recompute_flops for effect in effects)),
         stall_s=steps * sum(item.forward_stall_s + item.backward_stall_s for item in transfers),
         fits=peak.peak <= hardware.device_memory)

@@ -17,6 +17,7 @@ that the model's family names (`ModelFamily.cpu_checkpoints`), each the bytes al
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -75,16 +76,26 @@ def in_flight(stage: int, parallel: ParallelSpec, chunks: int) -> float:
     return min(parallel.micro_batches * chunks, units) / chunks
 
 
-def stage_parameters(model: ModelSpec, parallel: ParallelSpec, layers: int, first: bool, last: bool) -> int:
+def stage_parameters(model: ModelSpec, parallel: ParallelSpec, layers: Sequence[int], first: bool, last: bool) -> int:
+    """The parameters one device of a stage holds: its decoder layers (`layers`, by index: dense first layers and
+    MoE layers differ), the embedding on the first stage, the final norm, the output head and the MTP layers on
+    the last. Tensor parallelism splits the matrices, expert parallelism the routed experts; norms are whole."""
     t = parallel.tensor
-    experts = model.expert_params
-    matrices = model.layer_params - 2 * model.hidden - experts
+
+    def layer(spec: ModelSpec) -> int:
+        experts = spec.expert_params
+        return (spec.layer_params - spec.norm_params - experts) // t + experts // parallel.expert + spec.norm_params
+
     vocab = model.vocab * model.hidden // (1 if parallel.vocab_emb_dp else t)
-    params = layers * (matrices // t + experts // parallel.expert + 2 * model.hidden)
+    params = sum(layer(model.layer_model(index)) for index in layers)
     if first:
         params += vocab
     if last:
         params += model.hidden + (0 if model.tie_embeddings and first else vocab)
+        params += model.mtp_layers * (layer(model) + (model.mtp_extra_params - 3 * model.hidden) // t
+                                      + 3 * model.hidden)
+        if model.mtp_layers and not first and not model.tie_embeddings:
+            params += vocab         # the MTP layers embed the shifted tokens with the first stage's embedding
     return params
 
 
@@ -93,8 +104,11 @@ def ascend_peak(model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSp
                 last: bool) -> StagePeak:
     dim, c = dims(model, parallel), model.compute_bytes
     accumulation = params * model.param_bytes if parallel.micro_batches > 1 or parallel.grad_accumulation > 1 else 0
-    model_level = (c * dim.bsh if first else 0) + (c * dim.bsh + FP32 * dim.bs + FP32 * model.batch * model.seq
-                                                   * model.vocab // parallel.tensor if last else 0)
+    # the last stage's final norm input, its statistics and the logits, once more for each MTP layer's own head
+    heads = 1 + model.mtp_layers
+    model_level = (c * dim.bsh if first else 0) + (heads * (c * dim.bsh + FP32 * dim.bs + FP32 * model.batch
+                                                            * model.seq * model.vocab // parallel.tensor)
+                                                   if last else 0)
     rebuilt = max((effect.bytes("recomputed") for effect in effects), default=0)
     loss = 2 * FP32 * model.batch * model.seq * model.vocab // parallel.tensor if last else 0
     return StagePeak(kind="start of the backward", components={

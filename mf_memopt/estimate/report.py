@@ -59,7 +59,8 @@ def _stage_rows(estimate: Estimate) -> list[list[str]]:
              "D2H = H2D / step", "compute / step", "recompute", "swap stalls", "overhead"]]
     for stage in estimate.stages:
         peak = stage.peak
-        rows.append([str(stage.stage), _ranges(stage.layers),
+        mtp = estimate.model.mtp_layers if stage.stage == len(estimate.stages) - 1 else 0
+        rows.append([str(stage.stage), _ranges(stage.layers) + (f" +{mtp} mtp" if mtp else ""),
                      human(peak.peak), "yes" if stage.fits else "NO", human(peak.part("static")),
                      human(peak.part("activations")), human(peak.part("working")), f"{stage.in_flight:g}",
                      human(stage.host_bytes), human(stage.traffic_bytes), f"{stage.compute_s * 1e3:.1f} ms",
@@ -84,7 +85,7 @@ def _layer_rows(estimate: Estimate) -> list[list[str]]:
     for layer in estimate.layers:
         effect, transfer = layer.effect, layer.transfer
         leaves = "-" if not transfer.nbytes else ("no (needed at the turn)" if transfer.on_device_at_turn else "yes")
-        rows.append([str(layer.layer), str(layer.stage), human(effect.bytes()), human(effect.bytes("kept")),
+        rows.append([layer.label, str(layer.stage), human(effect.bytes()), human(effect.bytes("kept")),
                      human(effect.bytes("recomputed")), human(effect.bytes("swapped")), leaves,
                      f"{transfer.transfer_s * 1e3:.2f} ms", f"{transfer.forward_stall_s * 1e3:.2f} ms",
                      f"{transfer.backward_stall_s * 1e3:.2f} ms"])

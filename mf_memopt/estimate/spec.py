@@ -6,7 +6,7 @@ read here, the same for every family.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..config.errors import ConfigIssue
@@ -54,15 +54,39 @@ class ModelSpec:
     top_k: int = 0              # experts each token is routed to
     moe_ffn: int = 0            # one routed expert's intermediate size
     shared_ffn: int = 0         # the shared experts' intermediate size, all of them together; 0: none
+    dense_layers: int = 0       # the first layers keep a dense MLP of `ffn` (first_k_dense_replace); MoE after them
+    mtp_layers: int = 0         # multi-token-prediction layers after the decoder, on the last stage
+    # multi-latent attention (DeepSeek-V3): the low ranks of q (0: q is projected directly) and of k/v, and the
+    # widths of one head's q/k part without and with the rotary embedding, and of its value
+    q_lora: int = 0
+    kv_lora: int = 0
+    qk_nope: int = 0
+    qk_rope: int = 0
+    v_head: int = 0
 
     def to_dict(self) -> dict:
         result = asdict(self)
         del result["roles"]
-        for key, default in (("head_size", 0), ("qk_norm", False), ("fused_linears", False), ("experts", 0),
-                             ("top_k", 0), ("moe_ffn", 0), ("shared_ffn", 0)):  # a family sets them
-            if result[key] == default:
+        for key in _FAMILY_FIELDS:          # a family sets them
+            if result[key] == ModelSpec.__dataclass_fields__[key].default:
                 del result[key]
         return result
+
+    @property
+    def mla(self) -> bool:
+        """The attention is multi-latent (q and k/v through low-rank projections)."""
+        return self.kv_lora > 0
+
+    def layer_model(self, index: int) -> ModelSpec:
+        """The model as decoder layer `index` is built: a layer before `dense_layers` has a dense MLP of `ffn`."""
+        if index < self.dense_layers:
+            return replace(self, experts=0, top_k=0, moe_ffn=0, shared_ffn=0, dense_layers=0)
+        return self
+
+    @property
+    def layer_kinds(self) -> tuple[ModelSpec, ...]:
+        """The distinct layer models: the dense first layers' (if any), then every other layer's."""
+        return (self.layer_model(0), self) if self.dense_layers else (self,)
 
     @property
     def norm_cast(self) -> bool:
@@ -105,27 +129,65 @@ class ModelSpec:
         projections, the MLP's gate, down and up projections, the two norms. With `fused_linears`: the fused
         query-key-value and output projections, the fused gate-up and down projections, the norms. An MoE layer
         (`experts`): the fused attention projections, the experts' gate-up and down weights, the router, the shared
-        experts' gate-up and down projections, the norms."""
+        experts' gate-up and down projections, the norms. A multi-latent attention (`mla`): its linears
+        (`mla_attention_params`), the MLP's (`mlp_params`), the two layer norms, the q and k/v norms."""
         d, h, f = self.head_dim, self.hidden, self.ffn
         norms = [h, h, d, d] if self.qk_norm else [h, h]
-        if self.experts:
-            # the routed experts' gate-up and down weights (all experts in one each), the router, the shared experts
-            shared = [2 * h * self.shared_ffn, self.shared_ffn * h] if self.shared_ffn else []
-            return [h * (self.heads + 2 * self.kv_heads) * d, self.heads * d * h, self.experts * h * 2 * self.moe_ffn,
-                    self.experts * self.moe_ffn * h, self.experts * h, *shared, *norms]
-        if self.fused_linears:
-            return [h * (self.heads + 2 * self.kv_heads) * d, self.heads * d * h, 2 * h * f, f * h, *norms]
+        if self.mla:
+            return [*self.mla_attention_params(), *self.mlp_params(), h, h, *self.mla_norm_params()]
+        if self.experts or self.fused_linears:
+            return [h * (self.heads + 2 * self.kv_heads) * d, self.heads * d * h, *self.mlp_params(), *norms]
         return [h * self.heads * d, h * self.kv_heads * d, h * self.kv_heads * d, self.heads * d * h,
                 h * f, f * h, h * f, *norms]
+
+    def mla_attention_params(self) -> list[int]:
+        """A multi-latent attention's linears: q's down and up projections (or q's one projection without a q
+        rank), k/v's down projection (its rank and the rotary part), k/v's up projection, the output projection."""
+        h, n, q_head = self.hidden, self.heads, self.qk_nope + self.qk_rope
+        q = [h * self.q_lora, self.q_lora * n * q_head] if self.q_lora else [h * n * q_head]
+        return [*q, h * (self.kv_lora + self.qk_rope), self.kv_lora * n * (self.qk_nope + self.v_head),
+                n * self.v_head * h]
+
+    def mla_norm_params(self) -> list[int]:
+        """The norms of q's and k/v's low-rank parts (MindFormers builds them with qk_layernorm)."""
+        if not self.qk_norm:
+            return []
+        return [self.q_lora, self.kv_lora] if self.q_lora else [self.kv_lora]
+
+    def mlp_params(self) -> list[int]:
+        """The MLP's weights: gate-up and down; an MoE layer's routed experts, router and shared experts."""
+        h = self.hidden
+        if self.experts:
+            shared = [2 * h * self.shared_ffn, self.shared_ffn * h] if self.shared_ffn else []
+            return [self.experts * h * 2 * self.moe_ffn, self.experts * self.moe_ffn * h, self.experts * h, *shared]
+        return [2 * h * self.ffn, self.ffn * h]
 
     @property
     def layer_params(self) -> int:
         return sum(self.layer_param_list())
 
     @property
+    def norm_params(self) -> int:
+        """The norm weights of one layer (not split by tensor parallelism)."""
+        h = self.hidden
+        if self.mla:
+            return 2 * h + sum(self.mla_norm_params())
+        return 2 * h + (2 * self.head_dim if self.qk_norm else 0)
+
+    @property
+    def mtp_extra_params(self) -> int:
+        """What an MTP layer adds to its transformer layer: the two input norms, the projection of their
+        concatenation back to the hidden size, the final norm (the embedding and the output head are shared)."""
+        return 3 * self.hidden + 2 * self.hidden * self.hidden
+
+    @property
     def expert_params(self) -> int:
         """The routed experts' weights of one layer (gate-up and down), which expert parallelism splits."""
         return self.experts * 3 * self.hidden * self.moe_ffn
+
+
+_FAMILY_FIELDS = ("head_size", "qk_norm", "fused_linears", "experts", "top_k", "moe_ffn", "shared_ffn", "dense_layers",
+                  "mtp_layers", "q_lora", "kv_lora", "qk_nope", "qk_rope", "v_head")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,13 +213,25 @@ class OptimizerSpec:
 _OPTIMIZER_STATES = {"sgd": 0, "momentum": 4}  # Adam-like optimizers keep two fp32 moments: 8 bytes
 
 
-def read_spec(source: Source, family: ModelFamily,
-              issues: list[ConfigIssue]) -> tuple[ModelSpec, ParallelSpec, OptimizerSpec] | None:
-    """The model (read by its family), the parallelism and the optimizer; None after reporting what is missing."""
+def read_spec(source: Source, family: ModelFamily, issues: list[ConfigIssue],
+              runtime: str = "ascend") -> tuple[ModelSpec, ParallelSpec, OptimizerSpec] | None:
+    """The model (read by its family), the parallelism and the optimizer; None after reporting what is missing.
+    With the cpu runtime, also what the CPU memory model does not cover (dtypes without CPU kernels, layers the
+    family's CPU terms were not read off)."""
     model = family.model_spec(source, issues)
     if model is None:
         return None
+    if runtime == "cpu":
+        issues += _cpu_dtype_issues(source, model) + family.cpu_spec_issues(source, model)
     return model, _parallel(source), optimizer_spec(source)
+
+
+def _cpu_dtype_issues(source: Source, model: ModelSpec) -> list[ConfigIssue]:
+    written = source.get(("model", "model_config")) or {}
+    return [source.issue(("model", "model_config", key), f"{value} has no CPU kernels in MindSpore 2.9"
+                         + ("" if key in written else " (MindFormers' default: the key is not written)"),
+                         "use float32 or float16 with the cpu runtime; bfloat16 is modelled by the ascend runtime")
+            for key, value in model.dtypes if value not in CPU_DTYPES]
 
 
 def positive_int(value: Any) -> bool:

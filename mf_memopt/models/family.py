@@ -144,6 +144,10 @@ class ModelFamily:
         """The model as the estimator needs it (`estimate.spec.ModelSpec`), or None after reporting why."""
         return self._part("spec").model_spec(source, issues)
 
+    def cpu_spec_issues(self, source: Source, model: Any) -> list[ConfigIssue]:
+        """Parts of the model the family's CPU memory model does not cover, reported at their keys."""
+        return []
+
     def inventory(self, model: Any, parallel: Any, runtime: str) -> list[Any]:
         """The tensors one decoder layer keeps for its backward (`estimate.inventory.Saved`)."""
         return self._part("inventory").layer_inventory(model, parallel, runtime)
@@ -151,6 +155,14 @@ class ModelFamily:
     def layer_ops(self, model: Any, parallel: Any) -> list[Any]:
         """The matmul-class operators of one layer and their forward FLOPs (`estimate.inventory.Op`)."""
         return self._part("inventory").layer_ops(model, parallel)
+
+    def mtp_inventory(self, model: Any, parallel: Any, runtime: str) -> list[Any]:
+        """The tensors one multi-token-prediction layer keeps (`ModelSpec.mtp_layers`), paths from the MTP layer."""
+        return self._part("inventory").mtp_inventory(model, parallel, runtime)
+
+    def mtp_ops(self, model: Any, parallel: Any) -> list[Any]:
+        """The matmul-class operators of one multi-token-prediction layer."""
+        return self._part("inventory").mtp_ops(model, parallel)
 
     dataset_columns: tuple[str, ...] = ("input_ids",)   # the columns of a generated dataset (`runtime/data.py`)
     cell_outputs: frozenset[str] = frozenset()   # operators whose output is their recomputed cell's output

@@ -8,7 +8,8 @@ from typing import Any
 import yaml
 
 from ..config.source import Source
-from ..estimate.spec import optimizer_spec
+from ..estimate.memory import stage_parameters
+from ..estimate.spec import ParallelSpec, optimizer_spec
 from ..models import family_of
 
 CHECKPOINT_MONITOR = "CheckpointMonitor"
@@ -50,5 +51,5 @@ def checkpoint_bytes(source: Source) -> int | None:
     if model is None:
         return None
     optimizer = optimizer_spec(source)
-    params = model.num_layers * model.layer_params + model.vocab * model.hidden * (1 if model.tie_embeddings else 2)
+    params = stage_parameters(model, ParallelSpec(), range(model.num_layers), True, True)
     return params * (model.param_bytes + optimizer.state_bytes)

@@ -79,6 +79,11 @@ class McoreFamily(ModelFamily):
 
         return swap_scope_issues(source)
 
+    def cpu_spec_issues(self, source: Source, model) -> list[ConfigIssue]:
+        from .spec import cpu_spec_issues
+
+        return cpu_spec_issues(source, model)
+
     def follower_layers(self, network) -> list:
         """The multi-token-prediction layers (`model.mtp.layers`): MindFormers' `LayerSetting` gives each the last
         decoder layer's id, so its stage, recompute and swap are that layer's, with patterns matched from the MTP

@@ -14,6 +14,8 @@ def model_issues(source: Source) -> list[ConfigIssue]:
     heads, kv_heads = _count(model_value(source, "num_attention_heads")), _count(
         model_value(source, "num_key_value_heads"))
     tp = _count(source.get(_TP, 1))
+    if model_value(source, "multi_latent_attention"):
+        kv_heads = None         # multi-latent attention gives every query head its own key and value
     if heads and kv_heads and heads % kv_heads:
         issues.append(source.issue((*MODEL, "num_key_value_heads"), f"num_attention_heads ({heads}) is not a "
                                    f"multiple of num_key_value_heads ({kv_heads})",

@@ -19,6 +19,8 @@ Two runtimes, as for the legacy Llama:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...estimate.inventory import (
     ATTENTION_INPUT,
     ATTENTION_OUTPUT,
@@ -38,27 +40,69 @@ FP16 = 2
 def layer_inventory(model: ModelSpec, parallel: ParallelSpec, runtime: str) -> list[Saved]:
     if runtime == "cpu":
         return _cpu_layer(model, dims(model, parallel))
-    return _ascend_layer(model, dims(model, parallel))
+    return _ascend_layer(model, dims(model, parallel), parallel)
 
 
-def _ascend_layer(model: ModelSpec, dim: Dims) -> list[Saved]:
-    c = model.compute_bytes
-    heads_rows = dim.q // model.head_dim
-    saved = [
-        Saved(path="input_layernorm.norm", what="normalised input of linear_qkv", nbytes=c * dim.bsh,
-              output_of="input_layernorm"),
-        Saved(path="input_layernorm.norm", what="rstd (fp32, per token)", nbytes=FP32 * dim.bs),
-    ]
+def _ascend_attention(model: ModelSpec, dim: Dims) -> list[Saved]:
+    """Grouped-query attention with q, k and v from one fused linear, FlashAttentionScore's saved tensors."""
+    c, heads_rows = model.compute_bytes, dim.q // model.head_dim
+    saved = []
     if model.qk_norm:
         saved += [Saved(path="self_attention.q_layernorm.norm", what="q before its norm", nbytes=c * dim.q),
                   Saved(path="self_attention.k_layernorm.norm", what="k before its norm", nbytes=c * dim.kv)]
-    saved += [
+    return saved + [
         Saved(path="self_attention.apply_rotary_pos_emb.add", what="q and k after RoPE", nbytes=c * (dim.q + dim.kv)),
         Saved(path="self_attention.split_qkv", what="v", nbytes=c * dim.kv),
         Saved(path="self_attention.core_attention.flash_attention", what="attention output (input of linear_proj)",
               nbytes=c * dim.q),
         Saved(path="self_attention.core_attention.flash_attention", what="softmax max and sum (fp32, 8 per row)",
               nbytes=2 * FP32 * 8 * heads_rows),
+    ]
+
+
+def _ascend_mla(model: ModelSpec, dim: Dims, parallel: ParallelSpec) -> list[Saved]:
+    """Multi-latent attention (MindFormers' MLASelfAttention): the low-rank parts of q and of k/v, kept whole on every
+    tensor-parallel rank (their down projections are not split), each through its norm (qk_layernorm) into an up
+    projection split by heads; FlashAttentionScore keeps q and k with their rotary part (nope + rope wide per head),
+    v, its output and the softmax statistics."""
+    c, tokens = model.compute_bytes, dim.bs
+    heads = model.heads // parallel.tensor
+    q, v = tokens * heads * (model.qk_nope + model.qk_rope), tokens * heads * model.v_head
+    saved = []
+    for name, rank, up in (("q", model.q_lora, "linear_q_up_proj"), ("kv", model.kv_lora, "linear_kv_up_proj")):
+        if not rank:
+            continue                # q projected directly from the layer norm's output (linear_q_proj)
+        if model.qk_norm:
+            cell = f"self_attention.{name}_layernorm"
+            saved += [Saved(path=f"{cell}.norm", what=f"{name}'s low-rank part before its norm",
+                            nbytes=c * tokens * rank),
+                      Saved(path=f"{cell}.norm", what="rstd (fp32, per token)", nbytes=FP32 * tokens),
+                      Saved(path=f"{cell}.norm", what=f"normalised low-rank {name} (input of {up})",
+                            nbytes=c * tokens * rank, output_of=cell)]
+        else:
+            saved.append(Saved(path=f"self_attention.linear_{name}_down_proj.matmul",
+                               what=f"{name}'s low-rank part (input of {up})", nbytes=c * tokens * rank))
+    return saved + [
+        Saved(path="self_attention.pe_concat", what="q and k with their rotary part (inputs of flash attention)",
+              nbytes=c * 2 * q),
+        Saved(path="self_attention.split", what="v", nbytes=c * v),
+        Saved(path="self_attention.core_attention.flash_attention", what="attention output (input of linear_proj)",
+              nbytes=c * v),
+        Saved(path="self_attention.core_attention.flash_attention", what="softmax max and sum (fp32, 8 per row)",
+              nbytes=2 * FP32 * 8 * tokens * heads),
+    ]
+
+
+def _ascend_layer(model: ModelSpec, dim: Dims, parallel: ParallelSpec) -> list[Saved]:
+    c = model.compute_bytes
+    consumer = "linear_q_down_proj and linear_kv_down_proj" if model.mla else "linear_qkv"
+    saved = [
+        Saved(path="input_layernorm.norm", what=f"normalised input of {consumer}", nbytes=c * dim.bsh,
+              output_of="input_layernorm"),
+        Saved(path="input_layernorm.norm", what="rstd (fp32, per token)", nbytes=FP32 * dim.bs),
+    ]
+    saved += _ascend_mla(model, dim, parallel) if model.mla else _ascend_attention(model, dim)
+    saved += [
         Saved(path="add", what="residual after attention (input of pre_mlp_layernorm)", nbytes=c * dim.bsh),
         Saved(path="pre_mlp_layernorm.norm", what="normalised input of linear_fc1", nbytes=c * dim.bsh,
               output_of="pre_mlp_layernorm", role=MLP_INPUT),
@@ -235,14 +279,68 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec) -> list[Op]:
     """Forward FLOPs of the matmul-class operators of one layer (2 per multiply-add)."""
     t, b, s, h, d = parallel.tensor, model.batch, model.seq // parallel.context, model.hidden, model.head_dim
     heads, kv = model.heads // t, max(model.kv_heads // t, 1)
-    attention = [
-        Op(path="self_attention.linear_qkv.matmul", flops=2 * b * s * h * (heads + 2 * kv) * d),
-        Op(path="self_attention.core_attention.flash_attention", flops=4 * b * heads * s * model.seq * d),
-        Op(path="self_attention.linear_proj.matmul", flops=2 * b * s * heads * d * h),
-    ]
+    if model.mla:
+        attention = _mla_ops(model, b * s, heads, model.seq)
+    else:
+        attention = [
+            Op(path="self_attention.linear_qkv.matmul", flops=2 * b * s * h * (heads + 2 * kv) * d),
+            Op(path="self_attention.core_attention.flash_attention", flops=4 * b * heads * s * model.seq * d),
+            Op(path="self_attention.linear_proj.matmul", flops=2 * b * s * heads * d * h),
+        ]
     if model.experts:
         return attention + _moe_ops(model, b * s)
     return attention + [
         Op(path="mlp.linear_fc1.matmul", flops=2 * b * s * h * 2 * model.ffn // t),
         Op(path="mlp.linear_fc2.matmul", flops=2 * b * s * model.ffn // t * h),
     ]
+
+
+def _mla_ops(model: ModelSpec, tokens: int, heads: int, keys: int) -> list[Op]:
+    h, q_head = model.hidden, model.qk_nope + model.qk_rope
+    if model.q_lora:
+        q = [Op(path="self_attention.linear_q_down_proj.matmul", flops=2 * tokens * h * model.q_lora),
+             Op(path="self_attention.linear_q_up_proj.matmul", flops=2 * tokens * model.q_lora * heads * q_head)]
+    else:
+        q = [Op(path="self_attention.linear_q_proj.matmul", flops=2 * tokens * h * heads * q_head)]
+    return q + [
+        Op(path="self_attention.linear_kv_down_proj.matmul", flops=2 * tokens * h * (model.kv_lora + model.qk_rope)),
+        Op(path="self_attention.linear_kv_up_proj.matmul",
+           flops=2 * tokens * model.kv_lora * heads * (model.qk_nope + model.v_head)),
+        Op(path="self_attention.core_attention.flash_attention",
+           flops=2 * tokens * heads * keys * (q_head + model.v_head)),
+        Op(path="self_attention.linear_proj.matmul", flops=2 * tokens * heads * model.v_head * h),
+    ]
+
+
+# --- multi-token prediction (`model.mtp.layers.N`: enorm, hnorm, eh_proj, transformer_layer, final_layernorm) ---
+MTP_LAYER = "transformer_layer."
+
+
+def mtp_inventory(model: ModelSpec, parallel: ParallelSpec, runtime: str) -> list[Saved]:
+    """What one MTP layer keeps (ascend runtime): the embedding of the shifted tokens and both norms' statistics,
+    the concatenation of the two normalised inputs (eh_proj's input), eh_proj's output (its transformer layer's
+    input), that layer's tensors under `transformer_layer.`, and its final norm's statistics and output (the
+    shared output head's input). Its loss's tensors are the model's (`ascend_peak`). Under full recompute the
+    layer keeps its inputs (the embedding, and the decoder's output, counted there) and its output."""
+    dim, c = dims(model, parallel), model.compute_bytes
+    inner = [replace(item, path=MTP_LAYER + item.path,
+                     output_of=MTP_LAYER + item.output_of if item.output_of else None,
+                     kept_by_full_recompute=False) for item in layer_inventory(model, parallel, runtime)]
+    return [
+        Saved(path="enorm.norm", what="embedding of the shifted tokens (input of enorm)", nbytes=c * dim.bsh,
+              kept_by_full_recompute=True),
+        Saved(path="enorm.norm", what="rstd (fp32, per token)", nbytes=FP32 * dim.bs),
+        Saved(path="hnorm.norm", what="rstd (fp32, per token)", nbytes=FP32 * dim.bs),
+        Saved(path="concat", what="both normalised inputs, concatenated (input of eh_proj)", nbytes=c * 2 * dim.bsh),
+        Saved(path="eh_proj.matmul", what="eh_proj output (input of transformer_layer)", nbytes=c * dim.bsh),
+        *inner,
+        Saved(path="final_layernorm.norm", what="rstd (fp32, per token)", nbytes=FP32 * dim.bs),
+        Saved(path="final_layernorm.norm", what="MTP layer output (input of the shared output head)",
+              nbytes=c * dim.bsh, output_of="final_layernorm", kept_by_full_recompute=True),
+    ]
+
+
+def mtp_ops(model: ModelSpec, parallel: ParallelSpec) -> list[Op]:
+    tokens = model.batch * model.seq // parallel.context
+    return [Op(path="eh_proj.matmul", flops=2 * tokens * 2 * model.hidden * model.hidden // parallel.tensor),
+            *(replace(op, path=MTP_LAYER + op.path) for op in layer_ops(model, parallel))]

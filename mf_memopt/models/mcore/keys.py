@@ -46,6 +46,8 @@ ALIASES = {
     "num_experts_per_tok": ("moe_router_topk",),
     "moe_intermediate_size": ("moe_ffn_hidden_size",),
     "n_shared_experts": ("shared_expert_num",),
+    "qk_nope_head_dim": ("qk_head_dim",),
+    "qk_rope_head_dim": ("qk_pos_emb_head_dim",),
 }
 # TransformerConfig's dtype defaults (MindFormers 1.9), for keys the YAML leaves out
 DTYPE_DEFAULTS = {"params_dtype": "float32", "compute_dtype": "bfloat16", "layernorm_compute_dtype": "float32",
@@ -66,6 +68,9 @@ class Architecture:
 
 _HF = {"hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32, "num_attention_heads": 32,
        "num_key_value_heads": 32, "head_dim": 128, "seq_length": 4096, "tie_word_embeddings": False}
+# multi-latent attention's shape as DeepseekV3Config and TeleChat3MoeConfig default it; only DeepseekV3Config turns
+# it on (`multi_latent_attention`, TransformerConfig's default False)
+_MLA = {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}
 ARCHITECTURES = {arch.name: arch for arch in (
     Architecture("Qwen3ForCausalLM", "qwen3", True, False, {**_HF, "vocab_size": 151936, "qk_layernorm": True}),
     Architecture("TeleChat3ForCausalLM", "telechat3", True, False, {**_HF, "vocab_size": 131072,
@@ -78,13 +83,13 @@ ARCHITECTURES = {arch.name: arch for arch in (
         **_HF, "vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432, "num_hidden_layers": 61,
         "num_attention_heads": 128, "num_key_value_heads": 128, "qk_layernorm": False, "num_experts": 256,
         "num_experts_per_tok": 8, "moe_intermediate_size": 2048, "n_shared_experts": 1, "first_k_dense_replace": 3,
-        "num_nextn_predict_layers": 1, "q_lora_rank": 1536, "kv_lora_rank": 512, "scoring_func": "sigmoid"},
+        "num_nextn_predict_layers": 1, **_MLA, "multi_latent_attention": True, "scoring_func": "sigmoid"},
         (("num_experts", "n_routed_experts"),)),
     Architecture("TeleChat3MoeForCausalLM", "telechat3_moe", True, True, {
         **_HF, "vocab_size": 131072, "hidden_size": 2560, "intermediate_size": 7680, "num_hidden_layers": 4,
         "qk_layernorm": False, "num_experts": 192, "num_experts_per_tok": 8, "moe_intermediate_size": 1536,
-        "n_shared_experts": 1, "first_k_dense_replace": 3, "num_nextn_predict_layers": 1, "q_lora_rank": 1536,
-        "kv_lora_rank": 512, "scoring_func": "sigmoid"}, (("num_experts", "n_routed_experts"),)),
+        "n_shared_experts": 1, "first_k_dense_replace": 3, "num_nextn_predict_layers": 1, **_MLA,
+        "scoring_func": "sigmoid"}, (("num_experts", "n_routed_experts"),)),
     Architecture("Qwen2ForCausalLM", "qwen2", False, False, {}),
     Architecture("Glm4ForCausalLM", "glm4", False, False, {}),
     Architecture("Glm4MoeForCausalLM", "glm4_moe", False, True, {}),
@@ -110,7 +115,8 @@ def architecture(source: Source) -> tuple[Architecture | None, KeyPath]:
 HF_KEYS = ("architectures", "model_type", "num_hidden_layers", "hidden_size", "num_attention_heads",
            "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings",
            "tie_word_embeddings", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
-           "num_nextn_predict_layers", "n_routed_experts", "n_shared_experts", "first_k_dense_replace")
+           "num_nextn_predict_layers", "n_routed_experts", "n_shared_experts", "first_k_dense_replace", "q_lora_rank",
+           "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
 
 def mcore_view(source: Source) -> tuple[Source, list[ConfigIssue]]:

@@ -10,7 +10,7 @@ from ...config.errors import ConfigIssue
 from ...config.source import Source
 from ...estimate.spec import DTYPE_BYTES, ModelSpec, dtype_name, positive_int
 from ...estimate.step import step_form
-from .keys import DTYPE_DEFAULTS, MODEL, Architecture, architecture, mcore_view, model_value
+from .keys import DTYPE_DEFAULTS, MODEL, architecture, mcore_view, model_value
 
 # dtype key -> role (estimate.spec.DTYPE_ROLES)
 DTYPE_ROLES = {"compute_dtype": "compute", "layernorm_compute_dtype": "layernorm",
@@ -20,18 +20,45 @@ _SHAPE = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_va
 _MOE_SHAPE = ("num_experts", "num_experts_per_tok", "moe_intermediate_size")
 # MindFormers' Qwen3 layer specs build the q/k norms whatever qk_layernorm says (modeling_qwen3*_train.py)
 _QK_NORM_ALWAYS = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
-_MLA = ("DeepseekV3ForCausalLM", "TeleChat3MoeForCausalLM")     # multi-latent attention
+_MLA_SHAPE = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+# what the CPU memory model was not read off yet, by the key that asks for it
+_NOT_ON_CPU = (("multi_latent_attention", "mla", "multi-latent attention"),
+               ("first_k_dense_replace", "dense_layers", "dense layers before the MoE layers"),
+               ("num_nextn_predict_layers", "mtp_layers", "multi-token-prediction layers"))
 
 
-def _unmodelled(view: Source, arch: Architecture) -> tuple[str, str] | None:
-    """(key, what) of the first part of the model the estimate has no terms for, or None."""
-    if arch.name in _MLA:
-        return "architectures", "multi-latent attention is"
-    if (model_value(view, "first_k_dense_replace") or 0) > 0:
-        return "first_k_dense_replace", "dense layers before its MoE layers are"
-    if (model_value(view, "num_nextn_predict_layers") or 0) > 0:
-        return "num_nextn_predict_layers", "multi-token-prediction layers are"
+def cpu_spec_issues(source: Source, model: ModelSpec) -> list[ConfigIssue]:
+    """The parts of the model the CPU memory model has no terms for: the ascend runtime estimates them."""
+    view, _ = mcore_view(source)
+    return [view.issue((*MODEL, key), f"the CPU memory model has no terms for {what} yet: it was read off Qwen3, "
+                       "TeleChat3 and Qwen3-MoE layers", "estimate with the ascend runtime, or measure the CPU peak "
+                       "by training (estimate --measure)")
+            for key, field, what in _NOT_ON_CPU if getattr(model, field)]
+
+
+def _count(view: Source, key: str, issues: list[ConfigIssue], *, zero: bool = False) -> int | None:
+    """A model key that must be a positive integer (or 0 with `zero`); None after reporting it."""
+    value = model_value(view, key)
+    if value is None and zero:
+        return 0
+    if positive_int(value) or (zero and value == 0 and not isinstance(value, bool)):
+        return value
+    issues.append(view.issue((*MODEL, key), f"expected a {'non-negative' if zero else 'positive'} integer, got "
+                             f"{value!r}", "the estimate needs the model's size"))
     return None
+
+
+def _mla(view: Source, issues: list[ConfigIssue]) -> dict[str, int]:
+    """Multi-latent attention's ranks and head widths (q_lora_rank 0 or null: q is projected directly)."""
+    if not model_value(view, "multi_latent_attention"):
+        return {}
+    shape = {key: _count(view, key, issues) for key in _MLA_SHAPE}
+    written_null = view.has((*MODEL, "q_lora_rank")) and view.get((*MODEL, "q_lora_rank")) is None
+    q_lora = 0 if written_null else _count(view, "q_lora_rank", issues, zero=True)
+    if None in shape.values() or q_lora is None:
+        return {}
+    return {"q_lora": q_lora, "kv_lora": shape["kv_lora_rank"], "qk_nope": shape["qk_nope_head_dim"],
+            "qk_rope": shape["qk_rope_head_dim"], "v_head": shape["v_head_dim"]}
 
 
 def _shared_ffn(view: Source) -> int:
@@ -49,12 +76,11 @@ def model_spec(source: Source, issues: list[ConfigIssue]) -> ModelSpec | None:
         issues.append(view.issue(path, "a model with no known architecture is not modelled: the estimate does not "
                                  "price another model as one", "name the architecture (model_config.architectures)"))
         return None
-    unmodelled = _unmodelled(view, arch)
-    if unmodelled:
-        key, what = unmodelled
-        issues.append(view.issue((*MODEL, key), f"{arch.name}'s {what} not modelled yet: the estimate covers Qwen3, "
-                                 "TeleChat3 and Qwen3-MoE layers, and does not price another layer as one",
-                                 "validate, plan and the launcher apply to it; measure its memory by training it"))
+    reported = len(issues)
+    mla = _mla(view, issues)
+    dense = _count(view, "first_k_dense_replace", issues, zero=True) if arch.moe else 0
+    mtp = _count(view, "num_nextn_predict_layers", issues, zero=True)
+    if len(issues) > reported:
         return None
     shape = _SHAPE + (_MOE_SHAPE if arch.moe else ())
     values = {key: model_value(view, key) for key in shape}
@@ -83,6 +109,6 @@ def model_spec(source: Source, issues: list[ConfigIssue]) -> ModelSpec | None:
         rotary_bytes=DTYPE_BYTES[by_role["rotary"]], dtypes=tuple(sorted(dtypes.items())),
         roles=tuple(sorted(by_role.items())), flash_attention=True, tie_embeddings=tied,
         qk_norm=arch.name in _QK_NORM_ALWAYS or bool(model_value(view, "qk_layernorm")),
-        clip_grad=step_form(view).clip_grad, fused_linears=True,
+        clip_grad=step_form(view).clip_grad, fused_linears=True, dense_layers=dense, mtp_layers=mtp, **mla,
         **({"experts": values["num_experts"], "top_k": values["num_experts_per_tok"],
             "moe_ffn": values["moe_intermediate_size"], "shared_ffn": _shared_ffn(view)} if arch.moe else {}))

@@ -1,0 +1,82 @@
+"""The ascend estimate of DeepSeek-V3 layers (configs/deepseek3_tiny.yaml): a dense first layer and MoE layers priced
+as their kinds, multi-latent attention by its ranks, and the MTP layer on the last stage under the last layer's plan,
+its patterns matched from its own children as `apply` matches them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from mf_memopt.estimate import estimate_config
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "configs" / "deepseek3_tiny.yaml"
+
+
+def _estimate(tmp_path: Path, recompute: dict, **model) -> object:
+    data = yaml.safe_load(TINY.read_text())
+    data["recompute_config"] = {"recompute": False, "select_recompute": False, "select_comm_recompute": False,
+                                **recompute}
+    data["model"]["model_config"].update(model)
+    path = tmp_path / "deepseek.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return estimate_config(path)
+
+
+def _by_label(estimate) -> dict:
+    return {layer.label: layer.effect for layer in estimate.layers}
+
+
+def test_the_mtp_layer_takes_the_last_layers_plan_matched_from_its_own_children(tmp_path):
+    mlp = _by_label(_estimate(tmp_path, {"select_recompute": {"mlp": True}}))
+    assert all(mlp[str(index)].bytes("recomputed") > 0 for index in range(4))
+    assert mlp["mtp.0"].bytes("recomputed") == 0                    # `mlp` names nothing in the MTP layer
+    inner = _by_label(_estimate(tmp_path, {"select_recompute": {r"transformer_layer\.mlp": True}}))
+    assert all(inner[str(index)].bytes("recomputed") == 0 for index in range(4))
+    assert inner["mtp.0"].bytes("recomputed") == mlp["3"].bytes("recomputed")   # the same MoE block
+    only_first = _by_label(_estimate(tmp_path, {"recompute": [3]}))  # the first three layers: not the MTP layer's
+    assert only_first["mtp.0"].bytes("recomputed") == 0
+    full = _by_label(_estimate(tmp_path, {"recompute": True}))["mtp.0"]
+    # under full recompute the MTP layer keeps its embedding input and its output
+    assert sorted(item.saved.what for item in full.tensors if item.fate == "kept") == [
+        "MTP layer output (input of the shared output head)", "embedding of the shifted tokens (input of enorm)"]
+
+
+def test_the_dense_first_layer_is_priced_as_a_dense_layer(tmp_path):
+    estimate = _estimate(tmp_path, {})
+    layers = _by_label(estimate)
+    paths = {label: {item.saved.path for item in effect.tensors} for label, effect in layers.items()}
+    assert not any(path.startswith("mlp.experts") for path in paths["0"])
+    assert any(path.startswith("mlp.experts") for path in paths["1"])
+    assert paths["1"] == paths["2"] == paths["3"]
+    model = estimate.model
+    # the dense layer's MLP: the gate and up (2F) and the gated product (F) per token; the MoE layer's: top-k rows
+    assert layers["0"].bytes() < layers["1"].bytes()
+    # one more dense layer: one fewer MoE layer's activations, one more dense layer's
+    two = _estimate(tmp_path, {}, first_k_dense_replace=2)
+    assert (model.dense_layers, two.model.dense_layers) == (1, 2)
+    assert _by_label(two)["1"].bytes() == layers["0"].bytes()
+    kept = [item.peak.components["activations kept"] for item in (estimate.stages[0], two.stages[0])]
+    assert kept[0] - kept[1] == layers["1"].bytes() - layers["0"].bytes()
+    assert two.stages[0].parameters < estimate.stages[0].parameters
+
+
+def test_multi_latent_attention_is_priced_by_its_ranks(tmp_path):
+    base = _by_label(_estimate(tmp_path, {}))["1"]
+    wider = _by_label(_estimate(tmp_path, {}, kv_lora_rank=128))["1"]
+    attention = [item.saved.nbytes for item in base.tensors if item.saved.path.startswith("self_attention.kv_")]
+    # the k/v low-rank part before and after its norm doubles with the rank; nothing else changes
+    assert wider.bytes() - base.bytes() == sum(attention[:1]) + sum(attention[2:3])
+    no_q_rank = _by_label(_estimate(tmp_path, {}, q_lora_rank=None))["1"]
+    assert not any(item.saved.path.startswith("self_attention.q_layernorm") for item in no_q_rank.tensors)
+    heads = _by_label(_estimate(tmp_path, {}, num_attention_heads=8))["1"]
+    flash = "self_attention.core_attention.flash_attention"
+    assert sum(item.saved.nbytes for item in heads.tensors if item.saved.path == flash) == 2 * sum(
+        item.saved.nbytes for item in base.tensors if item.saved.path == flash)
+
+
+def test_num_key_value_heads_is_not_checked_for_multi_latent_attention(tmp_path):
+    # DeepseekV3Config's default of 128 key/value heads with 8 heads (as the wheel's 12b YAML leaves it)
+    estimate = _estimate(tmp_path, {}, num_attention_heads=8, num_key_value_heads=128)
+    assert estimate.model.heads == 8
