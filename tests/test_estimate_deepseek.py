@@ -4,10 +4,13 @@ its patterns matched from its own children as `apply` matches them."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 import yaml
 
+from mf_memopt.cli import main
 from mf_memopt.estimate import estimate_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,3 +83,14 @@ def test_num_key_value_heads_is_not_checked_for_multi_latent_attention(tmp_path)
     # DeepseekV3Config's default of 128 key/value heads with 8 heads (as the wheel's 12b YAML leaves it)
     estimate = _estimate(tmp_path, {}, num_attention_heads=8, num_key_value_heads=128)
     assert estimate.model.heads == 8
+
+
+@pytest.mark.parametrize("budget", ["75MiB", "90MiB", "105MiB"])
+def test_auto_plans_the_dense_moe_and_mtp_layers_and_the_estimate_agrees(capsys, tmp_path, budget):
+    planned = tmp_path / "planned.yaml"
+    assert main(["auto", str(TINY), "--device-memory", budget, "--json", "--output", str(planned)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    (stage,) = result["stages"]
+    assert stage["peak_bytes"] <= stage["searched_budget_bytes"]
+    # the planner's prediction (the MTP layer under the last layer's choice) is the estimate of the written YAML
+    assert estimate_config(planned).stages[0].peak.peak == stage["peak_bytes"]

@@ -95,6 +95,7 @@ class Footprint:
     choice: Choice
     effect: LayerEffect
     attention_rebuilt: bool             # some tensor of the attention is rebuilt (the causal mask is then kept)
+    rebuilt_at_once: int | None = None  # the most rebuilt at one time, when the effect spans layers (MTP followers)
 
     @property
     def kept(self) -> int:
@@ -102,7 +103,8 @@ class Footprint:
 
     @property
     def rebuilt(self) -> int:
-        return self.effect.bytes("recomputed")
+        """The bytes a recompute rebuilds at once in the backward (one layer's: the working set's share)."""
+        return self.effect.bytes("recomputed") if self.rebuilt_at_once is None else self.rebuilt_at_once
 
     @property
     def swapped(self) -> int:

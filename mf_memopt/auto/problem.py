@@ -83,17 +83,19 @@ def _mtp_prints(plan: Plan, model: ModelSpec, parallel: ParallelSpec, choices: t
 def _times(footprint: Footprint, count: int) -> Footprint:
     effect = footprint.effect
     return replace(footprint, effect=replace(effect, tensors=effect.tensors * count,
-                                             recompute_flops=effect.recompute_flops * count))
+                                             recompute_flops=effect.recompute_flops * count),
+                   rebuilt_at_once=footprint.rebuilt)
 
 
 def _with_followers(footprint: Footprint, followers: dict[Choice, Footprint]) -> Footprint:
-    """A layer's footprint with its followers' under the same choice: their tensors and recompute added (their
-    rebuilt tensors too, although their backward runs before the layer's: the planner errs on the safe side)."""
-    other = followers[footprint.choice].effect
+    """A layer's footprint with its followers' under the same choice: their tensors and recompute added; what is
+    rebuilt at once is the larger of the layer's and one follower's (each layer's backward rebuilds its own)."""
+    other = followers[footprint.choice]
     effect = footprint.effect
-    return replace(footprint, effect=replace(effect, tensors=effect.tensors + other.tensors,
-                                             recompute_flops=effect.recompute_flops + other.recompute_flops),
-                   attention_rebuilt=footprint.attention_rebuilt or followers[footprint.choice].attention_rebuilt)
+    return replace(footprint, effect=replace(effect, tensors=effect.tensors + other.effect.tensors,
+                                             recompute_flops=effect.recompute_flops + other.effect.recompute_flops),
+                   attention_rebuilt=footprint.attention_rebuilt or other.attention_rebuilt,
+                   rebuilt_at_once=max(footprint.rebuilt, other.rebuilt))
 
 
 def _option(footprint: Footprint, index: int, n: int, runtime: str, forward_s: float, steps: int,
