@@ -23,8 +23,6 @@ from mf_memopt.estimate import estimate_config
 KNOWN = {
     "c06": "over by 6.1% in the backward of the last layer of a float16 model with its MLP recomputed",
     "d14": "under by 5.5% on a 3 MiB model (TeleChat3, hidden 64, full recompute): small tensors the model omits",
-    "e04": "over by 24.9% at the optimizer of a tied vocabulary under clip-grad: this run held one of its gradients, "
-           "d02 held two, and the estimate counts two",
     "e13": "over by 14.9%: the peak is the first layer's recomputed attention in the forward with every weight "
            "copy made, below the attention backward the estimate puts it at",
 }

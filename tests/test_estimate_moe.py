@@ -13,13 +13,8 @@ from benchmarks.sweep_moe import DATA, RECOMPUTE, generate
 from mf_memopt.estimate import estimate_config
 
 TARGET = 0.10
-# Known misses, each strict: the day the estimate gets it right, the mark has to go. Both are the optimizer step of
-# a float32 model with tied embeddings under clip-grad, the dense sets' e04 too: the run holds one gradient of the
-# tied matrix and no zeros for the overflow select, the estimate counts two and the zeros.
-KNOWN = {
-    "m02": "over by 18.3% at the optimizer step of a float32 model with tied embeddings under clip-grad",
-    "m07": "over by 11.7% at the optimizer step of a float32 model with tied embeddings under clip-grad",
-}
+# Known misses, each strict: the day the estimate gets it right, the mark has to go.
+KNOWN: dict[str, str] = {}
 CASES = [pytest.param(config, id=config.name,
                       marks=[pytest.mark.xfail(reason=KNOWN[config.name], strict=True)] if config.name in KNOWN else [])
          for config in generate()]

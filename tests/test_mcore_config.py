@@ -174,3 +174,22 @@ def test_compression_with_tensor_parallelism_is_refused_for_mcore(tmp_path):
     assert [error for error in _errors(_write(tmp_path, change)) if error.startswith("parallel_config")] == [
         "parallel_config.model_parallel: compress_config with model_parallel 2: an mcore compressed linear computes "
         "its matmul outside MindFormers' Morph, which holds the tensor-parallel reduction and sharding"]
+
+
+def test_tying_is_counted_as_mindformers_builds_it_and_an_ignored_key_is_said(tmp_path):
+    from mf_memopt.estimate import estimate_config
+
+    def tie(architecture: str, model_type: str, **extra):
+        def change(data):
+            _model(data).update(architectures=[architecture], model_type=model_type, tie_word_embeddings=True,
+                                **extra)
+        return change
+
+    qwen3 = _write(tmp_path, tie("Qwen3ForCausalLM", "qwen3", untie_embeddings_and_output_weights=False))
+    assert not load_plan(qwen3).warnings and estimate_config(qwen3).model.tie_embeddings
+    # TeleChat3's training model builds its own output layer whatever tie_word_embeddings says
+    telechat3 = _write(tmp_path, tie("TeleChat3ForCausalLM", "telechat3", untie_embeddings_and_output_weights=True))
+    warnings = {warning.path: warning.message for warning in load_plan(telechat3).warnings}
+    assert "builds its own output layer" in warnings["model.model_config.tie_word_embeddings"]
+    assert "contradicts tie_word_embeddings: True" in warnings["model.model_config.untie_embeddings_and_output_weights"]
+    assert not estimate_config(telechat3).model.tie_embeddings

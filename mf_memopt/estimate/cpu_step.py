@@ -46,8 +46,15 @@ def held_in_mlp_backward(effect: LayerEffect, norms: tuple[str, ...], attention:
 
 
 def stage_params(model: ModelSpec, layers: int) -> int:
-    """Every parameter of a single-stage model: the decoder layers, the final norm, the vocabulary matrices."""
-    return layers * model.layer_params + model.hidden + vocabulary_params(model)
+    """Every parameter of a single-stage model: its `layers` layers (the decoder's, then the MTP layers: see
+    `ModelSpec.unit_params`), the final norm, the vocabulary matrices."""
+    return sum(model.unit_params(layers)) + model.hidden + vocabulary_params(model)
+
+
+def _unit_gradients(model: ModelSpec, layers: int, p: int, norm: int) -> list[int]:
+    """Bytes of each layer's gradients: `p` per weight, `norm` per norm weight."""
+    return [p * (params - norms) + norm * norms
+            for params, norms in zip(model.unit_params(layers), model.unit_norm_params(layers))]
 
 
 def held_bytes(item: TensorFate) -> int:
@@ -65,29 +72,27 @@ def gradients_after(model: ModelSpec, index: int, layers: int) -> int:
     """Gradients held when layer `index`'s backward starts: later layers, lm_head, final norm."""
     h, p = model.hidden, model.gradient_bytes
     norm = p if model.clip_grad else model.layernorm_bytes
-    per_layer = p * (model.layer_params - 2 * h) + norm * 2 * h
-    return (layers - 1 - index) * per_layer + p * model.vocab * h + norm * h
+    return sum(_unit_gradients(model, layers, p, norm)[index + 1:]) + p * model.vocab * h + norm * h
 
 
 def gradient_set(model: ModelSpec, layers: int) -> int:
-    """Bytes of one gradient per parameter (the parameter's dtype; the RmsNorm weights in L). Tied embeddings get
-    a gradient from the embedding and one from the output layer; without clip-grad they are summed into one
-    before the optimizer, with it both are held (memory-pool traces of the mcore sweep's c30 and d02)."""
+    """Bytes of one gradient per parameter (the parameter's dtype; the RmsNorm weights in L). Tied embeddings have
+    one matrix and one gradient at the optimizer, with clip-grad or without (memory-pool traces of tied Qwen3 and
+    Qwen3-MoE configs and a tied Llama; the mcore sweep's d02, once read as tied with two, is a TeleChat3, whose
+    training model never ties)."""
     h, p, norm = model.hidden, model.param_bytes, model.layernorm_bytes
-    per_layer = p * (model.layer_params - 2 * h) + norm * 2 * h
-    matrices = 1 if model.tie_embeddings and not model.clip_grad else 2
-    return layers * per_layer + p * matrices * model.vocab * h + norm * h
+    matrices = 1 if model.tie_embeddings else 2
+    return sum(_unit_gradients(model, layers, p, norm)) + p * matrices * model.vocab * h + norm * h
 
 
 def optimizer_steps(model: ModelSpec, layers: int, early: dict[str, int]) -> list[StagePeak]:
     """MindFormers' AdamW as graph ops, after clip-grad and the overflow select.
 
-    Float32 models: the step replaces the gradients by zeros on overflow
-    (`select(overflow, zeros_like(g), g)`): by the time the optimizer runs, a zero tensor of every
-    gradient's shape exists too. Every parameter's update returns a new parameter-sized tensor,
-    held until the whole optimizer has run, while the gradients not yet used are still held: one
-    gradient set in all. Each update computes the new moments and the step in float32: three
-    temporaries of the largest parameter.
+    Float32 models: every parameter has its gradient as the overflow select returns it (the select's zeros are
+    never allocated: a scalar broadcast) and its update's output (AdamW's `Mul`, a new parameter-sized tensor held
+    until the whole optimizer has run), and the matrix being updated three float32 temporaries (two products and
+    a sum): a tied matrix has five vocabulary-sized tensors alive, an untied pair seven (25 traces of float32
+    Qwen3, Qwen3-MoE, TeleChat3 and Llama configs, tied and not, with clip-grad and without).
 
     Other dtype settings: the runtime runs the updates side by side, one op of every parameter
     after another, so at the peak each parameter has two float32 tensors alive (its clipped or
@@ -109,10 +114,10 @@ def optimizer_steps(model: ModelSpec, layers: int, early: dict[str, int]) -> lis
       654 MiB with float16 norms; t10: 131 MiB, 120 MiB with float32 norms).
     """
     if float32_model(model):
-        largest = max([*model.layer_param_list(), model.vocab * model.hidden])
+        largest = max([*model.largest_params(), model.vocab * model.hidden])
         gradients = gradient_set(model, layers)
         return [StagePeak(kind="optimizer step", components={
-            "gradients": gradients, "zeros of the overflow select": gradients,
+            "gradients": gradients, "updated parameters (AdamW outputs)": gradients,
             "optimizer outputs": 3 * FP32 * largest})]
     params = stage_params(model, layers)
     embedding = model.vocab * model.hidden
@@ -122,7 +127,7 @@ def optimizer_steps(model: ModelSpec, layers: int, early: dict[str, int]) -> lis
                     "clip-grad's last sum": FP32 * embedding, **early}),
                 StagePeak(kind="optimizer step", components={
                     "optimizer working set": 2 * FP32 * params, **early})]
-    moments = 2 * max(model.layer_param_list())
+    moments = 2 * max(model.largest_params())
     if model.compute_bytes != FP32 and embedding > moments:
         finishing = {"clip-grad's last sum": FP32 * embedding}
     else:
@@ -170,14 +175,15 @@ class WeightCopies:
         return sum(self.backward) + self.lm_head
 
 
-def weight_copies(model: ModelSpec, effects: list[LayerEffect], sizes: dict[str, int],
+def weight_copies(model: ModelSpec, effects: list[LayerEffect], sizes: Callable[[int], dict[str, int]],
                   rerun: Callable[[str, LayerEffect], bool]) -> WeightCopies:
-    """The copies of every Linear weight (`sizes`: its matmul's path -> elements) and of the lm_head; `rerun`
-    says whether a layer's backward runs a matmul again."""
+    """The copies of every Linear weight (`sizes(index)`: the matmul paths of the step's layer `index` -> their
+    weights' elements) and of the lm_head; `rerun` says whether a layer's backward runs a matmul again."""
     forward, backward, late = 0, [], []
-    for effect in effects:
+    units = model.unit_params(len(effects))
+    for index, effect in enumerate(effects):
         held = made = 0
-        for path, size in sizes.items():
+        for path, size in sizes(index).items():
             again = rerun(path, effect)
             # the model's own weight cast is inside the Linear: a recompute scope holding the Linear
             # casts the weight again for the backward even where the matmul is not run again
@@ -193,7 +199,7 @@ def weight_copies(model: ModelSpec, effects: list[LayerEffect], sizes: dict[str,
                 held += model.param_bytes * size
                 made += FP32 * size if again else 0
         if float32_model(model):
-            held += FP32 * model.layer_params
+            held += FP32 * units[index]
         backward.append(held)
         late.append(made)
     head_forward, head_backward = copy_bytes(model, False)

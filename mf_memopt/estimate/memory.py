@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 
 STATIC = ("parameters", "gradients", "optimizer states", "gradients so far", "optimizer outputs", "weight copies",
-          "zeros of the overflow select",
+          "updated parameters (AdamW outputs)",
           "decayed vocabulary parameters (AdamW, computed early)", "optimizer working set", "update being finished",
           "gradient casts", "clip-grad's last sum")
 ACTIVATIONS = ("activations kept", "swapped, still on device", "model-level tensors")

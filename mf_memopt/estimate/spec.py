@@ -174,6 +174,23 @@ class ModelSpec:
             return 2 * h + sum(self.mla_norm_params())
         return 2 * h + (2 * self.head_dim if self.qk_norm else 0)
 
+    def largest_params(self) -> list[int]:
+        """Every layer kind's weights (`layer_param_list`), for the largest one."""
+        return [size for kind in self.layer_kinds for size in kind.layer_param_list()]
+
+    def unit_params(self, units: int) -> list[int]:
+        """The parameters of each of a single-stage step's `units` layers in forward order: the decoder layers
+        (each of its kind), then the `mtp_layers` MTP layers (an MoE layer, their own norms and projection)."""
+        decoder = units - self.mtp_layers
+        return ([self.layer_model(index).layer_params for index in range(decoder)]
+                + [self.layer_params + self.mtp_extra_params] * (units - decoder))
+
+    def unit_norm_params(self, units: int) -> list[int]:
+        """The norm weights (kept in the layernorm dtype) of each of `units` layers, as `unit_params` orders them."""
+        decoder = units - self.mtp_layers
+        return ([self.layer_model(index).norm_params for index in range(decoder)]
+                + [self.norm_params + 3 * self.hidden] * (units - decoder))
+
     @property
     def mtp_extra_params(self) -> int:
         """What an MTP layer adds to its transformer layer: the two input norms, the projection of their

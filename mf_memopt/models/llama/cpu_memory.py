@@ -45,7 +45,8 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
     """Every moment `cpu_pool_peak` compares; per-layer ones carry their layer."""
     kept = [effect.bytes() - effect.bytes("recomputed") for effect in effects]  # nothing is swapped on CPU
     tables = _cpu_tables(model, effects)
-    copies = weight_copies(model, effects, dict(zip(_LINEAR_OPS, model.layer_param_list())), _rerun)
+    sizes = dict(zip(_LINEAR_OPS, model.layer_param_list()))
+    copies = weight_copies(model, effects, lambda index: sizes, _rerun)
     candidates = [
         StagePeak(kind="first attention of the forward (weight copies made)", components={
             "weight copies": copies.forward_total + copies.backward_total, "model-level tensors": tables,

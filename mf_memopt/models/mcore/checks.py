@@ -29,7 +29,29 @@ def model_issues(source: Source) -> list[ConfigIssue]:
         if value and tp and value % tp:
             issues.append(source.issue(_TP, f"{name} ({value}) is not a multiple of model_parallel ({tp})",
                                        "MindFormers splits the attention heads evenly over model_parallel"))
-    return issues + _moe_issues(source)
+    return issues + _moe_issues(source) + _tying_issues(source)
+
+
+def _tying_issues(source: Source) -> list[ConfigIssue]:
+    """Tying keys MindFormers' training model does not read: said, since the estimate counts what it builds."""
+    arch, _ = architecture(source)
+    if arch is None:
+        return []
+    issues = []
+    if source.get((*MODEL, "tie_word_embeddings")) is True and not arch.ties:
+        issues.append(source.issue((*MODEL, "tie_word_embeddings"), f"{arch.name}'s training model builds its own "
+                                   "output layer whatever tie_word_embeddings says: the embedding and the output "
+                                   "matrix are two parameters (the estimate counts both)",
+                                   "remove the key, or use a model whose training model ties them (Qwen3, "
+                                   "Qwen3-MoE)", severity="warning"))
+    untie = source.get((*MODEL, "untie_embeddings_and_output_weights"))
+    tie = bool(model_value(source, "tie_word_embeddings"))
+    if isinstance(untie, bool) and untie == tie:
+        issues.append(source.issue((*MODEL, "untie_embeddings_and_output_weights"), f"untie_embeddings_and_output_"
+                                   f"weights: {untie} contradicts tie_word_embeddings: {tie}, and MindFormers' mcore "
+                                   "training models read only tie_word_embeddings",
+                                   f"remove it, or set it to {not tie}", severity="warning"))
+    return issues
 
 
 def _moe_issues(source: Source) -> list[ConfigIssue]:

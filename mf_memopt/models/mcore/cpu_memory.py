@@ -103,7 +103,7 @@ def _mixed_optimizer(model: ModelSpec, layers: int, early: dict[str, int]) -> li
     the Llama's rule, two of the largest decoder weight, over-estimates these by 4-5%)."""
     return [StagePeak(kind="optimizer step", components={
         "optimizer working set": 2 * FP32 * stage_params(model, layers),
-        "update being finished": FP32 * max(*model.layer_param_list(), model.vocab * model.hidden), **early})]
+        "update being finished": FP32 * max(*model.largest_params(), model.vocab * model.hidden), **early})]
 
 
 def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int, kept: list[int],
@@ -114,7 +114,7 @@ def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int
     (memory-pool trace of the fresh set's d01: 44 MiB of b*n*s*s tensors at 16 heads of seq 256)."""
     dim = dims(model, ParallelSpec())
     rebuilt = rebuilds(effects[index], "self_attention.")
-    _, _, fc1, fc2, *_ = model.layer_param_list()
+    fc1, fc2, *_ = _unit_model(model, index, len(effects)).mlp_params()
     return StagePeak(kind="attention backward", layer=index, components={
         "activations kept": sum(kept[:index]),
         "weight copies": sum(copies.backward[:index + 1]),
@@ -125,8 +125,27 @@ def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int
 
 
 def _weight_copies(model: ModelSpec, effects: list[LayerEffect]) -> WeightCopies:
-    qkv, proj, fc1, fc2, *_ = model.layer_param_list()
-    return weight_copies(model, effects, {_QKV: qkv, _PROJ: proj, _FC1: fc1, _FC2: fc2}, _rerun)
+    return weight_copies(model, effects, lambda index: _linears(_unit_model(model, index, len(effects))), _rerun)
+
+
+def _unit_model(model: ModelSpec, index: int, units: int) -> ModelSpec:
+    """The model of the step's layer `index` of `units`: a decoder layer's kind, or an MTP layer's (MoE)."""
+    return model.layer_model(index) if index < units - model.mtp_layers else model
+
+
+def _linears(model: ModelSpec) -> dict[str, int]:
+    """A layer's attention and MLP linears: matmul path -> weight elements (an MoE layer's experts' first and
+    second weights stand where a dense layer's linear_fc1 and linear_fc2 are)."""
+    fc1, fc2, *_ = model.mlp_params()
+    if model.mla:
+        names = (["linear_q_down_proj", "linear_q_up_proj"] if model.q_lora else ["linear_q_proj"]) + [
+            "linear_kv_down_proj", "linear_kv_up_proj", "linear_proj"]
+        attention = {f"self_attention.{name}.matmul": size
+                     for name, size in zip(names, model.mla_attention_params())}
+    else:
+        qkv, proj, *_ = model.layer_param_list()
+        attention = {_QKV: qkv, _PROJ: proj}
+    return {**attention, _FC1: fc1, _FC2: fc2}
 
 
 def _rerun(path: str, effect: LayerEffect) -> bool:

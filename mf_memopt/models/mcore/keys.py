@@ -64,6 +64,7 @@ class Architecture:
     moe: bool
     defaults: dict[str, Any]    # the config class's defaults of the keys mf_memopt reads
     own_names: tuple[tuple[str, str], ...] = ()   # (key mf_memopt reads, the config class's own name for it)
+    ties: bool = False          # its training model shares the embedding and output matrix (tie_word_embeddings)
 
 
 _HF = {"hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32, "num_attention_heads": 32,
@@ -72,13 +73,14 @@ _HF = {"hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
 # it on (`multi_latent_attention`, TransformerConfig's default False)
 _MLA = {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}
 ARCHITECTURES = {arch.name: arch for arch in (
-    Architecture("Qwen3ForCausalLM", "qwen3", True, False, {**_HF, "vocab_size": 151936, "qk_layernorm": True}),
+    Architecture("Qwen3ForCausalLM", "qwen3", True, False, {**_HF, "vocab_size": 151936, "qk_layernorm": True},
+                 ties=True),
     Architecture("TeleChat3ForCausalLM", "telechat3", True, False, {**_HF, "vocab_size": 131072,
                                                                      "qk_layernorm": False}),
     Architecture("Qwen3MoeForCausalLM", "qwen3_moe", True, True, {
         **_HF, "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 24,
         "num_key_value_heads": 4, "qk_layernorm": True, "num_experts": 128, "num_experts_per_tok": 8,
-        "moe_intermediate_size": 768, "n_shared_experts": 0, "first_k_dense_replace": 0}),
+        "moe_intermediate_size": 768, "n_shared_experts": 0, "first_k_dense_replace": 0}, ties=True),
     Architecture("DeepseekV3ForCausalLM", "deepseek_v3", True, True, {
         **_HF, "vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432, "num_hidden_layers": 61,
         "num_attention_heads": 128, "num_key_value_heads": 128, "qk_layernorm": False, "num_experts": 256,

@@ -97,8 +97,8 @@ def model_spec(source: Source, issues: list[ConfigIssue]) -> ModelSpec | None:
     if unknown:
         return None
     by_role = {DTYPE_ROLES[key]: name for key, name in dtypes.items()}
-    untie = view.get((*MODEL, "untie_embeddings_and_output_weights"))
-    tied = bool(view.get((*MODEL, "tie_word_embeddings"), False)) if untie is None else not untie
+    # only Qwen3's and Qwen3-MoE's training models share the matrices, and they read tie_word_embeddings alone
+    tied = arch.ties and bool(model_value(view, "tie_word_embeddings"))
     return ModelSpec(
         num_layers=values["num_hidden_layers"], hidden=values["hidden_size"], heads=values["num_attention_heads"],
         kv_heads=values["num_key_value_heads"], head_size=values["head_dim"], ffn=values["intermediate_size"],
