@@ -1,6 +1,7 @@
-"""The ascend estimate of DeepSeek-V3 layers (configs/deepseek3_tiny.yaml): a dense first layer and MoE layers priced
-as their kinds, multi-latent attention by its ranks, and the MTP layer on the last stage under the last layer's plan,
-its patterns matched from its own children as `apply` matches them."""
+"""The estimate of DeepSeek-V3 layers (configs/deepseek3_tiny.yaml): a dense first layer and MoE layers priced as
+their kinds, multi-latent attention by its ranks, and the MTP layer on the last stage under the last layer's plan,
+its patterns matched from its own children as `apply` matches them; and the CPU estimate against a held-out set of
+measured peaks."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from benchmarks.sweep import measured_reference
+from benchmarks.sweep_deepseek import DATA as DEEPSEEK_DATA
+from benchmarks.sweep_deepseek import generate as generate_deepseek
 from mf_memopt.cli import main
 from mf_memopt.estimate import estimate_config
 
@@ -94,3 +98,15 @@ def test_auto_plans_the_dense_moe_and_mtp_layers_and_the_estimate_agrees(capsys,
     assert stage["peak_bytes"] <= stage["searched_budget_bytes"]
     # the planner's prediction (the MTP layer under the last layer's choice) is the estimate of the written YAML
     assert estimate_config(planned).stages[0].peak.peak == stage["peak_bytes"]
+
+
+@pytest.mark.parametrize("config", generate_deepseek(), ids=lambda config: config.name)
+def test_the_deepseek_held_out_record_stays_within_ten_percent_of_its_peak(config, tmp_path):
+    """benchmarks/sweep_deepseek.py: 8 configs drawn after the CPU terms of multi-latent attention, dense first
+    layers and MTP layers were written, measured before the estimate was compared with them (the peaks are data in
+    benchmarks/data/sweep_deepseek_peaks.json)."""
+    entry = {item["name"]: item for item in json.loads(DEEPSEEK_DATA.read_text())["configs"]}[config.name]
+    assert "measured_mib" in entry, f"{config.name}: {entry.get('error')}"
+    estimated = estimate_config(config.write(tmp_path / f"{config.name}.yaml"), runtime="cpu").stages[0].peak.peak
+    reference = measured_reference(entry)
+    assert abs(estimated / 2**20 - reference) / reference <= 0.10

@@ -32,6 +32,31 @@ def model_issues(source: Source) -> list[ConfigIssue]:
     return issues + _moe_issues(source) + _tying_issues(source)
 
 
+def _group_issues(source: Source, experts: int | None, top_k: int | None) -> list[ConfigIssue]:
+    """Group-limited routing (`n_group` groups of experts, the best `topk_group` of them): TransformerConfig's
+    checks, which stop MindFormers' build."""
+    groups, best = _count(model_value(source, "n_group")), _count(model_value(source, "topk_group"))
+    if not best:
+        return []
+    at = (*MODEL, "topk_group")
+    if not groups:
+        return [source.issue(at, "group-limited routing (topk_group) needs the number of groups",
+                             "set model_config.n_group")]
+    issues = []
+    if experts and experts % groups:
+        issues.append(source.issue((*MODEL, "n_group"), f"{experts} experts do not split into {groups} groups",
+                                   "n_group must divide the number of experts"))
+    if best > groups:
+        issues.append(source.issue(at, f"the best {best} of {groups} groups asked", "topk_group must be at most "
+                                   "n_group"))
+    if top_k and top_k % best:
+        issues.append(source.issue((*MODEL, "num_experts_per_tok"), f"{top_k} experts per token do not split "
+                                   f"evenly over the {best} groups each token uses (MindFormers stops: "
+                                   "\"`moe_router_topk` must be divisible by `moe_router_group_topk`\")",
+                                   "make num_experts_per_tok a multiple of topk_group"))
+    return issues
+
+
 def _tying_issues(source: Source) -> list[ConfigIssue]:
     """Tying keys MindFormers' training model does not read: said, since the estimate counts what it builds."""
     arch, _ = architecture(source)
@@ -79,6 +104,7 @@ def _moe_issues(source: Source) -> list[ConfigIssue]:
     if source.get((*MODEL, "add_bias_linear")) is True:
         issues.append(source.issue((*MODEL, "add_bias_linear"), "MindFormers' MoE layers have no linear biases "
                                    "(it stops: \"Bias is not supported for MoE\")", "set add_bias_linear: False"))
+    issues += _group_issues(source, experts, top_k)
     ep = _count(source.get(("parallel_config", "expert_parallel"), 1))
     if experts and ep and experts % ep:
         issues.append(source.issue(("parallel_config", "expert_parallel"), f"num_experts ({experts}) is not a "

@@ -54,7 +54,9 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
         StagePeak(kind="end of the forward (loss)", components={
             "activations kept": sum(kept), "weight copies": copies.backward_total,
             "model-level tensors": _forward_model_level(model) + tables,
-            "loss tensors": 5 * FP32 * model.batch * model.seq * model.vocab})]
+            # the main loss's five b*s*v tensors; an MTP layer's loss runs beside it with two (its logits' float32
+            # cast and one-hot labels; allocation logs of the tiny DeepSeek-V3 at vocab 2048)
+            "loss tensors": (5 + 2 * model.mtp_layers) * FP32 * model.batch * model.seq * model.vocab})]
     for index in reversed(range(len(effects))):
         candidates.append(StagePeak(kind="backward", layer=index, components={
             "activations kept": sum(kept[:index]),
@@ -62,7 +64,8 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
             "gradients so far": gradients_after(model, index, len(effects)),
             "model-level tensors": 2 * FP32 * dim.bsh_full + tables,
             "layer working set": held_in_mlp_backward(effects[index], _NORMS, _ATTENTION)
-                                 - _spent(effects[index]) + _mlp_backward(model, dim) + copies.late[index]
+                                 - _spent(effects[index])
+                                 + _mlp_backward(_unit_model(model, index, len(effects)), dim) + copies.late[index]
                                  + effects[index].backward_extra}))
         candidates.append(_attention_backward(model, effects, index, kept, copies, tables))
     # AdamW's early decayed copy: two vocabulary-sized products even when the embeddings are tied (one matrix
@@ -162,7 +165,8 @@ def _tables(model: ModelSpec) -> int:
     """cos/sin tables, the attention masks (float32 and the stand-in's booleans), the causal mask, per-token
     label masks."""
     b, s, n = model.batch, model.seq, model.heads
-    return (2 * FP32 * s * model.head_dim + (FP32 + 1) * b * n * s * s + b * s * s + s * s
+    rotary = model.qk_rope if model.mla else model.head_dim      # multi-latent attention rotates qk_rope wide
+    return (2 * FP32 * s * rotary + (FP32 + 1) * b * n * s * s + b * s * s + s * s
             + 3 * FP32 * b * s)
 
 

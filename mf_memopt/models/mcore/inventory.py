@@ -129,9 +129,36 @@ def _cpu_layer(model: ModelSpec, dim: Dims) -> list[Saved]:
     input a matmul's backward reads gets a float32 copy made during the forward.
     """
     half = model.compute_bytes == FP16
+    if model.mla:
+        saved = _cpu_norm("input_layernorm", dim.bsh, dim.bs, half,
+                          consumer="linear_q_down_proj and linear_kv_down_proj") + _cpu_mla(model, dim)
+    else:
+        saved = _cpu_norm("input_layernorm", dim.bsh, dim.bs, half, consumer="linear_qkv") + _cpu_attention(
+            model, dim, half)
+    if half:
+        saved.append(Saved(path="cast", what="residual after attention, float32", nbytes=FP32 * dim.bsh))
+    else:
+        saved.append(Saved(path="add", what="residual after attention (input of pre_mlp_layernorm)",
+                           nbytes=FP32 * dim.bsh))
+    norm = _cpu_norm("pre_mlp_layernorm", dim.bsh, dim.bs, half, consumer="linear_fc1")
+    if model.experts and not model.shared_ffn:
+        # the MoE block's first operator is a Transpose, whose backward needs no input: the norm's output goes
+        saved += [item for item in norm if item.output_of is None] + _moe_cpu(model, dim)
+    elif model.experts:
+        # the shared experts' linear_fc1 reads the norm's output (allocation logs of the tiny DeepSeek-V3)
+        saved += norm + _moe_cpu(model, dim)
+    else:
+        saved += norm + _cpu_mlp("mlp.activation_func", dim.bsf)
+    saved.append(Saved(path="add", what="layer output (input of the next layer)", nbytes=FP32 * dim.bsh,
+                       kept_by_full_recompute=True))
+    return saved
+
+
+def _cpu_attention(model: ModelSpec, dim: Dims, half: bool) -> list[Saved]:
+    """Grouped-query attention on CPU: the q/k norms' tensors, the stand-in's, the input of linear_proj."""
     heads_rows = dim.q // model.head_dim
     kv_rows = dim.kv // model.head_dim
-    saved = _cpu_norm("input_layernorm", dim.bsh, dim.bs, half, consumer="linear_qkv")
+    saved = []
     if model.qk_norm:
         for name, size, rows in (("q", dim.q, heads_rows), ("k", dim.kv, kv_rows)):
             cell = f"self_attention.{name}_layernorm"
@@ -158,20 +185,54 @@ def _cpu_layer(model: ModelSpec, dim: Dims) -> list[Saved]:
                            + (" (a float32 copy for its backward)" if half else ""),
                            nbytes=FP32 * dim.q, read_by="self_attention.linear_proj.matmul" if half else None,
                            rebuilt_nbytes=model.compute_bytes * dim.q if half else None, role=ATTENTION_OUTPUT))
-    if half:
-        saved.append(Saved(path="cast", what="residual after attention, float32", nbytes=FP32 * dim.bsh))
-    else:
-        saved.append(Saved(path="add", what="residual after attention (input of pre_mlp_layernorm)",
-                           nbytes=FP32 * dim.bsh))
-    norm = _cpu_norm("pre_mlp_layernorm", dim.bsh, dim.bs, half, consumer="linear_fc1")
-    if model.experts:
-        # the MoE block's first operator is a Transpose, whose backward needs no input: the norm's output goes
-        saved += [item for item in norm if item.output_of is None] + _moe_cpu(model, dim)
-    else:
-        saved += norm + _cpu_mlp("mlp.activation_func", dim.bsf)
-    saved.append(Saved(path="add", what="layer output (input of the next layer)", nbytes=FP32 * dim.bsh,
-                       kept_by_full_recompute=True))
     return saved
+
+
+def _cpu_mla(model: ModelSpec, dim: Dims) -> list[Saved]:
+    """Multi-latent attention on CPU (float32), read off the allocation logs of tiny DeepSeek-V3 configs with
+    q_lora_rank 64-192, kv_lora_rank 32-96, 4 and 8 heads, head widths apart, seq 128 and 256: q's low-rank part
+    and its norm's x*rstd, output and statistics; k/v's low-rank part (a split's output) and its norm's, with the
+    early 2*x of its backward; q and k (nope + rope wide) and v as the stand-in keeps them, its output, and that
+    output reshaped for linear_proj. The up projections' outputs are not kept (the split, concatenation and
+    rotary ops after them need no input in their backward). Under full recompute the split outputs that feed the
+    attention (q's and k's halves, v) are kept: MindFormers' expanded split is not marked for recompute."""
+    t, n, c = dim.bs, model.heads, model.compute_bytes
+    qk, v = t * n * (model.qk_nope + model.qk_rope), t * n * model.v_head
+    saved = []
+    if model.q_lora:
+        saved.append(Saved(path="self_attention.linear_q_down_proj.matmul",
+                           what="q's low-rank part (input of q_layernorm)", nbytes=FP32 * t * model.q_lora,
+                           output_of="self_attention.linear_q_down_proj"))
+        if model.qk_norm:
+            saved += _cpu_low_rank_norm("self_attention.q_layernorm", t, model.q_lora, "linear_q_up_proj",
+                                        early=False)
+    saved.append(Saved(path="self_attention.split_3d", what="k/v's low-rank part (input of kv_layernorm)",
+                       nbytes=FP32 * t * model.kv_lora, never_recomputed=True))
+    if model.qk_norm:
+        saved += _cpu_low_rank_norm("self_attention.kv_layernorm", t, model.kv_lora, "linear_kv_up_proj", early=True)
+    return saved + [
+        Saved(path="self_attention.split", what="q's and k's halves and v, split (kept only under full recompute)",
+              nbytes=FP32 * t * (n * (2 * model.qk_nope + model.v_head + model.qk_rope) + model.qk_rope),
+              recompute_input=True),
+        Saved(path="self_attention.core_attention.flash_attention", what="q and k (nope + rope wide) and v, kept by "
+              "the CPU stand-in's backward", nbytes=c * (2 * qk + v), never_recomputed=True),
+        Saved(path="self_attention.core_attention.flash_attention", what="attention output (float32), kept by the "
+              "CPU stand-in's backward", nbytes=FP32 * v, never_recomputed=True),
+        Saved(path="self_attention.reshape", what="attention output, input of linear_proj", nbytes=FP32 * v,
+              role=ATTENTION_OUTPUT),
+    ]
+
+
+def _cpu_low_rank_norm(cell: str, tokens: int, rank: int, consumer: str, *, early: bool) -> list[Saved]:
+    """An MLA norm of a low-rank part on CPU: x * rstd, its output, the early 2*x where the logs show it, rstd."""
+    return [
+        Saved(path=f"{cell}.norm", what="x * rstd", nbytes=FP32 * tokens * rank),
+        Saved(path=f"{cell}.norm", what=f"normalised low-rank part (input of {consumer})", nbytes=FP32 * tokens * rank,
+              output_of=cell),
+        *([Saved(path=f"{cell}.norm", what="2*x of the RmsNorm backward, run early", nbytes=FP32 * tokens * rank,
+                 cpu_only=True)] if early else []),
+        Saved(path=f"{cell}.norm", what="rstd (per token)", nbytes=FP32 * tokens),
+    ]
 
 
 def _cpu_mlp(activation: str, bsf: int, *, mul: str | None = None, role: str | None = MLP_DOWN_INPUT) -> list[Saved]:
@@ -317,24 +378,30 @@ MTP_LAYER = "transformer_layer."
 
 
 def mtp_inventory(model: ModelSpec, parallel: ParallelSpec, runtime: str) -> list[Saved]:
-    """What one MTP layer keeps (ascend runtime): the embedding of the shifted tokens and both norms' statistics,
-    the concatenation of the two normalised inputs (eh_proj's input), eh_proj's output (its transformer layer's
-    input), that layer's tensors under `transformer_layer.`, and its final norm's statistics and output (the
-    shared output head's input). Its loss's tensors are the model's (`ascend_peak`). Under full recompute the
-    layer keeps its inputs (the embedding, and the decoder's output, counted there) and its output."""
-    dim, c = dims(model, parallel), model.compute_bytes
+    """What one MTP layer keeps: the embedding of the shifted tokens and both input norms' statistics, the
+    concatenation of the two normalised inputs (eh_proj's input), eh_proj's output (its transformer layer's input),
+    that layer's tensors under `transformer_layer.`, and its final norm's statistics and output (the shared output
+    head's input); on CPU each norm's x * rstd too (allocation logs of the tiny DeepSeek-V3). Its loss's tensors are
+    the model's. Under full recompute the layer keeps its inputs (the embedding, and the decoder's output, counted
+    there) and its output."""
+    dim = dims(model, parallel)
+    c = FP32 if runtime == "cpu" else model.compute_bytes
     inner = [replace(item, path=MTP_LAYER + item.path,
                      output_of=MTP_LAYER + item.output_of if item.output_of else None,
                      kept_by_full_recompute=False) for item in layer_inventory(model, parallel, runtime)]
+
+    def norm(cell: str) -> list[Saved]:
+        scaled = [Saved(path=f"{cell}.norm", what="x * rstd", nbytes=FP32 * dim.bsh)] if runtime == "cpu" else []
+        return [*scaled, Saved(path=f"{cell}.norm", what="rstd (fp32, per token)", nbytes=FP32 * dim.bs)]
+
     return [
         Saved(path="enorm.norm", what="embedding of the shifted tokens (input of enorm)", nbytes=c * dim.bsh,
               kept_by_full_recompute=True),
-        Saved(path="enorm.norm", what="rstd (fp32, per token)", nbytes=FP32 * dim.bs),
-        Saved(path="hnorm.norm", what="rstd (fp32, per token)", nbytes=FP32 * dim.bs),
+        *norm("enorm"), *norm("hnorm"),
         Saved(path="concat", what="both normalised inputs, concatenated (input of eh_proj)", nbytes=c * 2 * dim.bsh),
         Saved(path="eh_proj.matmul", what="eh_proj output (input of transformer_layer)", nbytes=c * dim.bsh),
         *inner,
-        Saved(path="final_layernorm.norm", what="rstd (fp32, per token)", nbytes=FP32 * dim.bs),
+        *norm("final_layernorm"),
         Saved(path="final_layernorm.norm", what="MTP layer output (input of the shared output head)",
               nbytes=c * dim.bsh, output_of="final_layernorm", kept_by_full_recompute=True),
     ]

@@ -48,6 +48,8 @@ ALIASES = {
     "n_shared_experts": ("shared_expert_num",),
     "qk_nope_head_dim": ("qk_head_dim",),
     "qk_rope_head_dim": ("qk_pos_emb_head_dim",),
+    "n_group": ("moe_router_num_groups",),
+    "topk_group": ("moe_router_group_topk",),
 }
 # TransformerConfig's dtype defaults (MindFormers 1.9), for keys the YAML leaves out
 DTYPE_DEFAULTS = {"params_dtype": "float32", "compute_dtype": "bfloat16", "layernorm_compute_dtype": "float32",
@@ -85,13 +87,14 @@ ARCHITECTURES = {arch.name: arch for arch in (
         **_HF, "vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432, "num_hidden_layers": 61,
         "num_attention_heads": 128, "num_key_value_heads": 128, "qk_layernorm": False, "num_experts": 256,
         "num_experts_per_tok": 8, "moe_intermediate_size": 2048, "n_shared_experts": 1, "first_k_dense_replace": 3,
-        "num_nextn_predict_layers": 1, **_MLA, "multi_latent_attention": True, "scoring_func": "sigmoid"},
+        "num_nextn_predict_layers": 1, **_MLA, "multi_latent_attention": True, "scoring_func": "sigmoid",
+        "n_group": 8, "topk_group": 4},
         (("num_experts", "n_routed_experts"),)),
     Architecture("TeleChat3MoeForCausalLM", "telechat3_moe", True, True, {
         **_HF, "vocab_size": 131072, "hidden_size": 2560, "intermediate_size": 7680, "num_hidden_layers": 4,
         "qk_layernorm": False, "num_experts": 192, "num_experts_per_tok": 8, "moe_intermediate_size": 1536,
         "n_shared_experts": 1, "first_k_dense_replace": 3, "num_nextn_predict_layers": 1, **_MLA,
-        "scoring_func": "sigmoid"}, (("num_experts", "n_routed_experts"),)),
+        "scoring_func": "sigmoid", "n_group": 8, "topk_group": 4}, (("num_experts", "n_routed_experts"),)),
     Architecture("Qwen2ForCausalLM", "qwen2", False, False, {}),
     Architecture("Glm4ForCausalLM", "glm4", False, False, {}),
     Architecture("Glm4MoeForCausalLM", "glm4_moe", False, True, {}),

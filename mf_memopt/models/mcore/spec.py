@@ -21,19 +21,14 @@ _MOE_SHAPE = ("num_experts", "num_experts_per_tok", "moe_intermediate_size")
 # MindFormers' Qwen3 layer specs build the q/k norms whatever qk_layernorm says (modeling_qwen3*_train.py)
 _QK_NORM_ALWAYS = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
 _MLA_SHAPE = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-# what the CPU memory model was not read off yet, by the key that asks for it
-_NOT_ON_CPU = (("multi_latent_attention", "mla", "multi-latent attention"),
-               ("first_k_dense_replace", "dense_layers", "dense layers before the MoE layers"),
-               ("num_nextn_predict_layers", "mtp_layers", "multi-token-prediction layers"))
-
-
 def cpu_spec_issues(source: Source, model: ModelSpec) -> list[ConfigIssue]:
     """The parts of the model the CPU memory model has no terms for: the ascend runtime estimates them."""
+    if not model.mla or model.compute_bytes == DTYPE_BYTES["float32"]:
+        return []
     view, _ = mcore_view(source)
-    return [view.issue((*MODEL, key), f"the CPU memory model has no terms for {what} yet: it was read off Qwen3, "
-                       "TeleChat3 and Qwen3-MoE layers", "estimate with the ascend runtime, or measure the CPU peak "
-                       "by training (estimate --measure)")
-            for key, field, what in _NOT_ON_CPU if getattr(model, field)]
+    return [view.issue((*MODEL, "compute_dtype"), "the CPU memory model of multi-latent attention was read off "
+                       "float32 layers only", "estimate with the ascend runtime, or measure the CPU peak by "
+                       "training (estimate --measure)")]
 
 
 def _count(view: Source, key: str, issues: list[ConfigIssue], *, zero: bool = False) -> int | None:

@@ -1,0 +1,162 @@
+"""(e4) Generated DeepSeek-V3 configs and their measured memory-pool peaks: a held-out set.
+
+The CPU terms of multi-latent attention, dense first layers and MTP layers were read off the allocation
+logs of the shipped tiny DeepSeek-V3 (`configs/deepseek3_tiny.yaml`) and one-key variants of it. This
+set was drawn from its own seed after those terms were written, and measured before the estimate was
+compared with any of it. It varies what changes what such a model keeps:
+
+* layers 2-4 with 0-2 dense first layers (`first_k_dense_replace`, fewer than the layers), 0 or 1
+  MTP layer;
+* hidden 128-384, heads 2-8, q's low rank (or none: `q_lora_rank: null`), k/v's low rank, the q/k
+  head widths without and with the rotary part, the value head width;
+* routed experts 4-8 in 1-4 groups, top-k within the best groups, 0 or 1 shared expert, one expert's
+  intermediate size, sigmoid scores with or without the expert bias, the seq or gbs aux loss;
+* seq 64-256, batch 1-4, vocab 256-4096; float32 (the CPU terms of multi-latent attention were read
+  off float32 layers only);
+* six recompute forms (none, full, full of the first layer, the MLP cell, the attention cell, the
+  experts alone) and the training-step forms of `step_forms.FORMS`.
+
+    python benchmarks/sweep_deepseek.py list
+    python benchmarks/sweep_deepseek.py measure [--only NAME ...] [--exact]
+    python benchmarks/sweep_deepseek.py compare
+
+Peaks go to `benchmarks/data/sweep_deepseek_peaks.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks.step_forms import FORMS  # noqa: E402
+from benchmarks.sweep import _load, _summary, record_peaks  # noqa: E402
+from benchmarks.sweep_mcore import OFF, McoreConfig, estimate_rows  # noqa: E402
+
+BASE_CONFIG = REPO / "configs" / "deepseek3_tiny.yaml"
+DATA = REPO / "benchmarks" / "data" / "sweep_deepseek_peaks.json"
+SEED = 20261125
+CONFIGS = 8
+RECOMPUTE: dict[str, dict[str, Any]] = {
+    "none": dict(OFF),
+    "full": {**OFF, "recompute": True},
+    "full, first layer": {**OFF, "recompute": [1]},
+    "select mlp": {**OFF, "select_recompute": {"mlp": True}},
+    "select self_attention": {**OFF, "select_recompute": {"self_attention": True}},
+    "select mlp.experts": {**OFF, "select_recompute": {r"mlp\.experts": True}},
+}
+MAX_FP32_PEAK = 0.6 * 2**30
+
+
+@dataclass(frozen=True)
+class DeepseekConfig(McoreConfig):
+    """A sweep config made from the shipped tiny DeepSeek-V3 (float32)."""
+
+    base: ClassVar[Path] = BASE_CONFIG
+    recompute_forms: ClassVar[dict[str, dict[str, Any]]] = RECOMPUTE
+
+    def architecture_keys(self) -> dict[str, Any]:
+        return {}                   # the base YAML's: DeepseekV3ForCausalLM with its routing keys
+
+
+def generate() -> list[DeepseekConfig]:
+    """The 8 held-out configs, each recompute form and step form met at least once."""
+    rng = random.Random(SEED)
+    forms, steps = list(RECOMPUTE), list(FORMS)
+    return [DeepseekConfig(name=f"k{index:02d}", half="held-out", architecture="deepseek3", dtype="float32",
+                           recompute=forms[index % len(forms)], step=steps[index % len(steps)], model=_shape(rng))
+            for index in range(CONFIGS)]
+
+
+def _shape(rng: random.Random) -> dict[str, Any]:
+    while True:
+        hidden = rng.choice((128, 192, 256, 384))
+        layers = rng.randint(2, 4)
+        experts = rng.choice((4, 6, 8))
+        groups = rng.choice([g for g in (1, 2, 4) if experts % g == 0 and experts // g >= 2])
+        topk_group = rng.randint(1, groups)
+        model = {"num_hidden_layers": layers, "first_k_dense_replace": rng.randint(0, min(2, layers - 1)),
+                 "num_nextn_predict_layers": rng.choice((0, 1)), "hidden_size": hidden,
+                 "intermediate_size": 2 * hidden, "num_attention_heads": rng.choice((2, 4, 8)),
+                 "q_lora_rank": rng.choice((None, 64, 128, 192)), "kv_lora_rank": rng.choice((32, 64, 96)),
+                 "qk_nope_head_dim": rng.choice((32, 48, 64)), "qk_rope_head_dim": rng.choice((16, 32)),
+                 "v_head_dim": rng.choice((32, 48, 64)), "n_routed_experts": experts, "n_group": groups,
+                 "topk_group": topk_group,
+                 "num_experts_per_tok": rng.randint(1, min(4, topk_group * experts // groups)),
+                 "n_shared_experts": rng.choice((0, 1)),
+                 "moe_intermediate_size": max(32, int(hidden * rng.choice((0.25, 0.5, 1.0)))),
+                 "moe_router_enable_expert_bias": rng.random() < 0.75,
+                 "moe_router_load_balancing_type": rng.choice(("seq_aux_loss", "gbs_aux_loss")),
+                 "seq_length": rng.choice((64, 128, 256)), "batch_size": rng.randint(1, 4),
+                 "vocab_size": rng.choice((256, 1000, 4096))}
+        # MindFormers splits each token's experts evenly over the groups it uses (validate checks it)
+        if model["num_experts_per_tok"] % topk_group == 0 and _affordable(model):
+            return model
+
+
+def _affordable(model: dict[str, Any]) -> bool:
+    """A peak of at most MAX_FP32_PEAK by a rough count (the dense experts stand-in computes every expert)."""
+    h, s, b, v = (model[key] for key in ("hidden_size", "seq_length", "batch_size", "vocab_size"))
+    n, e, f = model["num_attention_heads"], model["n_routed_experts"], model["moe_intermediate_size"]
+    layers = model["num_hidden_layers"] + model["num_nextn_predict_layers"]
+    activations = 4 * layers * b * s * (2 * n * s + 4 * e * f + 12 * h) + 8 * b * s * v
+    params = 4 * (layers * (4 * h * h + 3 * h * f * e) + 2 * v * h)
+    return activations + 4 * params <= MAX_FP32_PEAK and b * s <= 768
+
+
+def _columns(config: DeepseekConfig) -> list[str]:
+    m = config.model
+    return [config.name, f"{m['num_hidden_layers']}/{m['first_k_dense_replace']}/{m['num_nextn_predict_layers']}",
+            str(m["hidden_size"]),
+            f"{m['num_attention_heads']}x({m['qk_nope_head_dim']}+{m['qk_rope_head_dim']})/{m['v_head_dim']}",
+            f"{m['q_lora_rank']}/{m['kv_lora_rank']}",
+            f"{m['n_routed_experts']}/{m['num_experts_per_tok']}x{m['moe_intermediate_size']}"
+            f"+{m['n_shared_experts']}", str(m["seq_length"]), str(m["batch_size"]), str(m["vocab_size"]),
+            f"{config.recompute}; {config.step}"]
+
+
+def compare() -> float:
+    """Print `estimate --runtime cpu` against the recorded peaks; return the worst error."""
+    from benchmarks.common import print_table
+
+    data = _load(DATA)
+    rows, errors = estimate_rows(generate(), data, ["held-out"], _columns)
+    print_table(f"(e4) DeepSeek-V3 held-out set: estimate --runtime cpu against the measured memory-pool peak (MiB, "
+                f"to the byte); data {DATA.relative_to(REPO)} (MindSpore {data.get('mindspore')}, launcher "
+                f"{data.get('launcher')})",
+                ("config", "layers/dense/mtp", "h", "heads x (nope+rope)/v", "q/kv rank", "experts/top-k x F+shared",
+                 "s", "b", "v", "recompute; step", "measured", "estimated", "error", "estimated peak at"), rows)
+    for half, values in errors.items():
+        if values:
+            print(_summary(half, values))
+    return max(errors.get("held-out", []), default=float("nan"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("list", help="print the generated configs")
+    run = commands.add_parser("measure", help="train every config one step and record its pool peak")
+    run.add_argument("--only", nargs="*", help="config names (k00, k01, ...) to measure")
+    run.add_argument("--exact", action="store_true", help="also replay the allocation log for the peak to the byte")
+    commands.add_parser("compare", help="the estimator against the recorded peaks")
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        for config in generate():
+            print(config.name, config.half, config.dtype, "|", config.recompute, "|", config.step, "|", config.model)
+    elif args.command == "compare":
+        compare()
+    else:
+        record_peaks(generate(), DATA, only=args.only, exact=args.exact,
+                     command="python benchmarks/sweep_deepseek.py measure --exact")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
