@@ -110,3 +110,15 @@ def test_the_deepseek_held_out_record_stays_within_ten_percent_of_its_peak(confi
     estimated = estimate_config(config.write(tmp_path / f"{config.name}.yaml"), runtime="cpu").stages[0].peak.peak
     reference = measured_reference(entry)
     assert abs(estimated / 2**20 - reference) / reference <= 0.10
+
+
+def test_float16_multi_latent_attention_on_cpu_is_refused_in_one_line(tmp_path, capsys):
+    data = yaml.safe_load(TINY.read_text())
+    data["model"]["model_config"]["compute_dtype"] = "float16"
+    path = tmp_path / "half.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert main(["estimate", "--runtime", "cpu", str(path)]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "model.model_config.compute_dtype: the CPU memory model of multi-latent attention was read off float32" \
+        in line and "estimate with the ascend runtime" in line
+    assert main(["estimate", str(path)]) == 0                      # the ascend runtime prices it
