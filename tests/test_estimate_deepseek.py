@@ -122,3 +122,11 @@ def test_float16_multi_latent_attention_on_cpu_is_refused_in_one_line(tmp_path, 
     assert "model.model_config.compute_dtype: the CPU memory model of multi-latent attention was read off float32" \
         in line and "estimate with the ascend runtime" in line
     assert main(["estimate", str(path)]) == 0                      # the ascend runtime prices it
+
+
+def test_auto_on_cpu_names_the_layers_it_cannot_plan(capsys):
+    assert main(["auto", "--runtime", "cpu", "--device-memory", "80MiB", str(TINY)]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert [line.split(": ")[1] for line in lines] == ["model.model_config.first_k_dense_replace",
+                                                        "model.model_config.num_nextn_predict_layers"]
+    assert all("auto --runtime cpu plans layers of one kind" in line for line in lines)

@@ -36,7 +36,7 @@ from ..config.load import plan_source
 from ..config.plan import Plan
 from ..config.source import Source, load_source, parse_yaml
 from ..estimate.core import Estimate, estimate_source
-from ..estimate.spec import read_spec
+from ..estimate.spec import ModelSpec, read_spec
 from ..estimate.transfer import Hardware
 from ..models.family import AutoCells
 from .choices import KEEP, Choice, choice_set
@@ -149,6 +149,8 @@ class _Context:
         plan = plan_source(source)
         issues: list[ConfigIssue] = []
         spec = read_spec(source, plan.family, issues, runtime=runtime)
+        if runtime == "cpu" and spec is not None:
+            issues += _cpu_layer_kind_issues(source, plan, spec[0])
         raise_if_errors(issues)
         return cls(source=source, plan=plan, spec=spec, runtime=runtime, hardware=hardware, text=text,
                    output_name=output_name, cells=plan.family.auto_cells_for(source))
@@ -325,3 +327,17 @@ def _header(family: str, budget: int, host_budget: float, runtime: str, stages: 
     size = human(budget).replace(" ", "")
     lines.append(f"Check: python -m mf_memopt estimate THIS.yaml --runtime {runtime} --device-memory {size}")
     return lines
+
+
+def _cpu_layer_kind_issues(source: Source, plan: Plan, model: ModelSpec) -> list[ConfigIssue]:
+    """The cpu planner's terms assume layers of one kind, each on its own: layers of two kinds (dense first layers)
+    and MTP layers (which follow the last layer's choice) are planned with the ascend runtime only."""
+    keys = plan.family.keys
+    found = []
+    if model.dense_layers:
+        found.append(("first_k_dense_replace", "dense first layers and MoE layers"))
+    if model.mtp_layers:
+        found.append(("num_nextn_predict_layers", "MTP layers, which take the last layer's choice"))
+    return [source.issue((*keys.num_layers[:-1], key), f"auto --runtime cpu plans layers of one kind, each on its "
+                         f"own; this model has {what}", "plan it with the ascend runtime, or estimate a plan of "
+                         "your own with `estimate --runtime cpu` and `--measure`") for key, what in found]
