@@ -10,6 +10,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytestmark = pytest.mark.mindspore
 
@@ -34,7 +35,31 @@ def _result(config: str) -> dict:
 def test_compiled_graph_agrees_with_the_plan(config):
     result = _result(config)
     assert result["agrees"] is True
-    assert [layer["disagreements"] for layer in result["layers"]] == [[]] * 4
+    # four decoder layers, and the tiny DeepSeek-V3's MTP layer, checked as `mtp.0`
+    names = [layer["name"] or str(layer["layer"]) for layer in result["layers"]]
+    assert names == ["0", "1", "2", "3", *(["mtp.0"] if "deepseek" in config else [])]
+    assert [layer["disagreements"] for layer in result["layers"]] == [[]] * len(names)
+
+
+def test_deepseek_full_recompute_swap_and_the_mtp_layers_own_pattern_agree(tmp_path):
+    """Full recompute of the first three layers (the up projections' reshapes fused after matmuls the IR scopes
+    outside the layer), op_swap of the last layer's attention (its stand-ins' equal Muls merged under one name) and
+    a pattern naming the MTP layer's MLP, which the MTP layer takes with the last layer's plan."""
+    data = yaml.safe_load((ROOT / "configs" / "deepseek3_tiny.yaml").read_text())
+    # with a pattern dict MindFormers reads the recompute list as layer ids
+    data["recompute_config"] = {"recompute": [0, 1, 2], "select_recompute": {r"transformer_layer\.mlp": True},
+                                "select_comm_recompute": False}
+    data["swap_config"] = {"swap": True, "op_swap": [{"op_name": "self_attention", "backward_prefetch": 5,
+                                                      "layers": [3]}]}
+    config = tmp_path / "deepseek.yaml"
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = _result(str(config))
+    assert result["agrees"] is True, [layer["disagreements"] for layer in result["layers"]]
+    by_name = {layer["name"] or str(layer["layer"]): layer for layer in result["layers"]}
+    assert [by_name[name]["recompute"] for name in ("0", "1", "2")] == [["layer"]] * 3
+    assert by_name["mtp.0"]["recompute"] == ["transformer_layer.mlp"] and by_name["mtp.0"]["copies"] > 0
+    assert by_name["3"]["offloaded"] == {"5": by_name["3"]["offloaded"]["5"]} and not by_name["mtp.0"]["offloaded"]
+    assert any("MindSpore merged equal primitives" in note for note in by_name["3"]["notes"])
 
 
 def test_recomputed_cells_are_copied_into_the_backward():

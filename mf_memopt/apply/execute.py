@@ -78,6 +78,8 @@ def apply_plan(plan: Plan, model_or_layers: Any, *, device_target: str | None = 
                        f"({', '.join(shared)}): each layer now has its own copy, so that a mark set for one layer "
                        "stays in that layer"])
     preset = tuple(mark for index, layer in enumerate(layers) for mark in _preset(index, layer))
+    preset += tuple({**mark, "path": f"mtp.layers.{index}.{mark['path']}"} for index, follower in enumerate(followers)
+                    for mark in _preset(plan.layers[-1].layer, follower))
     install([action for actions in compressed for action in actions], compression)
     for actions, compress in zip(per_layer, compressed):
         _execute(actions)

@@ -69,6 +69,7 @@ class ModelFamily:
     defaults: Defaults
     auto_cells: AutoCells
     ir_layer_scope: re.Pattern[str]          # group 1: layer index, group 2: the scope below the layer
+    ir_follower_scope: re.Pattern[str] | None = None  # the same for `follower_layers` (mcore's MTP layers)
 
     # --- config stage -------------------------------------------------------------------------
     def view(self, source: Source) -> tuple[Source, list[ConfigIssue]]:

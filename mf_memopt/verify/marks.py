@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..child import run_owned
@@ -38,6 +38,7 @@ _NOT_CONSUMERS = {"UpdateState", "Load", "Return"}
 @dataclass
 class LayerCheck:
     layer: int
+    name: str = ""                                         # how reports name it: the index, or `mtp.N`
     recompute: list[str] = field(default_factory=list)   # what the plan recomputes ("layer" = whole layer)
     copies: int = 0                                        # recompute copies in the backward
     offloaded: dict[str, int] = field(default_factory=dict)  # backward_prefetch -> operators in the IR
@@ -79,7 +80,14 @@ def verify(config: str | Path, *, ir_dir: str | Path | None = None) -> VerifyRes
         report = json.loads(report_path.read_text())
         ir_path = find_validate_ir(directory)
         graph = read_ir(ir_path, plan.family.ir_layer_scope)
-    layers = compare(report, graph, plan.num_layers, plan.family.compression.scopes)
+        follower_report, followers = _followers(report)
+        follower_graph = read_ir(ir_path, plan.family.ir_follower_scope) if followers else None
+    layers = compare(_decoder(report), graph, plan.num_layers, plan.family.compression.scopes)
+    if follower_graph is not None:
+        layers += [replace(check, layer=plan.num_layers + check.layer, name=f"mtp.{check.layer}",
+                           rule2=[item.replace(f"layer {check.layer}:", f"layer mtp.{check.layer}:", 1)
+                                  for item in check.rule2])
+                   for check in compare(follower_report, follower_graph, followers, plan.family.compression.scopes)]
     return VerifyResult(config=str(config), ir_path=str(ir_path) if ir_dir else "(removed)", nodes=len(graph.nodes),
                         seconds=round(seconds, 1), layers=layers)
 
@@ -94,11 +102,33 @@ def _compile(config: str | Path, directory: Path, report: Path) -> None:
                                        message=f"compiling the training graph failed:\n{tail}")])
 
 
+_FOLLOWER = "mtp.layers."
+
+
+def _decoder(report: dict) -> dict:
+    """The apply report's entries of the decoder layers (the MTP layers' are listed under `mtp.layers.N`)."""
+    return {**report, **{key: [entry for entry in report.get(key, []) if not entry["path"].startswith(_FOLLOWER)]
+                         for key in ("set", "preset")}}
+
+
+def _followers(report: dict) -> tuple[dict, int]:
+    """The MTP layers' entries as a report of their own (layer N, paths below it), and how many layers it has."""
+    def own(entry: dict) -> dict:
+        index, _, path = entry["path"][len(_FOLLOWER):].partition(".")
+        return {**entry, "layer": int(index), "path": path}
+
+    followed = {key: [own(entry) for entry in report.get(key, []) if entry["path"].startswith(_FOLLOWER)]
+                for key in ("set", "preset")}
+    count = 1 + max((entry["layer"] for entries in followed.values() for entry in entries), default=-1)
+    return {**report, **followed, "compressed": []}, count
+
+
 def compare(report: dict, graph: Graph, num_layers: int, scopes: dict[str, str] | None = None) -> list[LayerCheck]:
     """Layer by layer, the marks of the graph against the apply report; `scopes` are the family's compressed cells
     (`Compression.scopes`)."""
     expected, planned = _expected(report), _expected({"set": report["set"]})
     consumers = graph.users()
+    everything = {(node.graph, node.ref): node for node in graph.nodes}
     checks = []
     for layer in range(num_layers):
         check = LayerCheck(layer=layer)
@@ -115,7 +145,7 @@ def compare(report: dict, graph: Graph, num_layers: int, scopes: dict[str, str] 
                 ("offload", want["offload"], lambda node: node.prefetch if node.offload else None),
                 ("recompute", want["recompute"], lambda node: node.flag("recompute")),
                 ("recompute_comm_op", comm, lambda node: node.flag("recompute_comm_op"))):
-            witnessed[name] = _check_attribute(check, nodes, producers, wanted, name, read)
+            witnessed[name] = _check_attribute(check, nodes, producers, wanted, name, read, everything)
         _check_rules_left_marks(check, witnessed, report, layer)
         _check_cells(check, nodes, want["recompute_cell"])
         _check_effect(check, copies, planned[layer])
@@ -152,7 +182,7 @@ def _implied_comm(nodes: list[Node], cells: dict[str, dict]) -> dict[str, bool]:
 
 
 def _check_attribute(check: LayerCheck, nodes: list[Node], producers: dict, wanted: dict, name: str,
-                     read) -> set[str]:
+                     read, everything: dict) -> set[str]:
     """Check every `name` mark in the layer; return the planned paths whose mark is in the graph."""
     witnessed = set()
     for node in nodes:
@@ -162,11 +192,16 @@ def _check_attribute(check: LayerCheck, nodes: list[Node], producers: dict, want
         if wanted.get(node.path) == found:
             witnessed.add(node.path)
             continue
-        source = _fused_from(node, producers, wanted, found)
+        source = _fused_from(node, producers, wanted, found, everything)
         if source is not None:
-            witnessed.add(source)
+            witnessed.update(source.split(" or "))
             check.notes.append(f"{node.path} carries the {name} mark of {source}: MindSpore fused the two "
                                "operators while compiling")
+        elif node.path not in wanted and (merged := _merged_into(node, wanted, found)):
+            witnessed.update(merged)
+            check.notes.append(f"{node.path} is named after another cell's primitive (MindSpore merged equal "
+                               f"primitives); the plan set {name}={found} on {node.cell_path}'s own "
+                               f"({', '.join(merged)})")
         elif node.path in wanted:
             check.disagreements.append(f"{node.path}: {name}={found} in the graph, the plan set {wanted[node.path]}")
         else:
@@ -174,7 +209,18 @@ def _check_attribute(check: LayerCheck, nodes: list[Node], producers: dict, want
     return witnessed
 
 
-def _fused_from(node: Node, producers: dict, wanted: dict, found) -> str | None:
+def _merged_into(node: Node, wanted: dict, found) -> list[str]:
+    """The planned primitives of the node's own cell with the node's mark, when the node bears an instance name no
+    primitive of its cell has: once a plan gives several primitives the same attributes, MindSpore keeps one object
+    for equal primitives and names every node after it (an op_swap of DeepSeek-V3's attention: the rotary and
+    attention stand-ins' Muls all named after q_layernorm's `mul_gamma`)."""
+    own = [path for path in wanted if path.rsplit(".", 1)[0] == node.cell_path]
+    if not own or any(path.rsplit(".", 1)[-1] == node.instance for path in own):
+        return []
+    return sorted(path for path in own if wanted[path] == found)
+
+
+def _fused_from(node: Node, producers: dict, wanted: dict, found, everything: dict) -> str | None:
     """The planned primitive whose mark a fused node inherited: same operator name, fed by its cell, or else
     of a cell enclosing it.
 
@@ -189,6 +235,16 @@ def _fused_from(node: Node, producers: dict, wanted: dict, found) -> str | None:
         candidate = f"{producer.cell_path}.{node.instance}" if producer.cell_path else node.instance
         if candidate != node.path and wanted.get(candidate) == found:
             return candidate
+    # An mcore linear computes its matmul inside a Morph, which a recomputed layer's IR scopes outside the layer
+    # (`recompute_Default/MatMul`): the reshape fused after it is then known only by its own cell. Its mark is
+    # that of a linear's same-named primitive directly below that cell (MLA's up projections, under full recompute).
+    if any((producer := everything.get((node.graph, ref))) is not None and producer.layer is None
+           and producer.op.endswith("MatMul") for ref in node.inputs):
+        prefix = f"{node.cell_path}." if node.cell_path else ""
+        below = sorted(path for path, value in wanted.items() if value == found and path.startswith(prefix)
+                       and path.endswith(f".{node.instance}") and path.count(".") == prefix.count(".") + 1)
+        if below:
+            return " or ".join(below)       # which of them the IR does not say
     # A chain of reshapes (a cell's, then the compressed linear's own flatten, then its codec's) compiles to
     # one node with the innermost scope and the first one's attributes: the same-named primitive of an
     # enclosing cell (mcore's MLP and ColumnParallelLinear mark their Reshape for recompute).
@@ -267,16 +323,17 @@ def verify_table(result: VerifyResult) -> str:
         rows[0].insert(-1, "compressed (backward reads only the copy)")
     for check in result.layers:
         offload = ", ".join(f"{count} @ {prefetch}" for prefetch, count in sorted(check.offloaded.items())) or "-"
-        rows.append([str(check.layer), ", ".join(check.recompute) or "-", str(check.copies), offload,
+        rows.append([check.name or str(check.layer), ", ".join(check.recompute) or "-", str(check.copies), offload,
                      str(check.comm or "-"), str(len(check.rule2) or "-"), "no" if check.disagreements else "yes"])
         if compressing:
             rows[-1].insert(-1, ", ".join(check.compressed) or "-")
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
     for check in result.layers:
-        lines += [f"disagreement: layer {check.layer}: {item}" for item in check.disagreements]
+        label = check.name or str(check.layer)
+        lines += [f"disagreement: layer {label}: {item}" for item in check.disagreements]
         lines += [f"conflict: {item}" for item in check.rule2]
-        lines += [f"note: layer {check.layer}: {item}" for item in check.notes]
+        lines += [f"note: layer {label}: {item}" for item in check.notes]
     verdict = ("the compiled graph agrees with the plan" if result.agrees
                else "the compiled graph DISAGREES with the plan")
     lines.append(f"{verdict}; {len(result.rule2)} rule-2 conflict(s)")

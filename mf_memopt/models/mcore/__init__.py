@@ -55,8 +55,9 @@ class McoreFamily(ModelFamily):
                         compress_dense=r"mlp\.linear_fc2")
     auto_cells = AutoCells(select=("mlp", "self_attention"), swap=("self_attention", "mlp"),
                            attention_prefix="self_attention.")
-    # the decoder's layers only: an MTP block's layers are `mtp-.../layers-CellList/N-...` (not checked yet)
+    # the decoder's layers; an MTP block's layers are `mtp-.../layers-CellList/N-...`, checked as followers
     ir_layer_scope = re.compile(r"decoder-[^/]+/layers-CellList/(\d+)-[^/]+/?(.*)$")
+    ir_follower_scope = re.compile(r"mtp-[^/]+/layers-CellList/(\d+)-[^/]+/?(.*)$")
     cell_outputs = frozenset({"self_attention.linear_proj.matmul", "mlp.linear_fc2.matmul"})
     primitive_recompute = True       # `mlp.activation_func.silu` alone frees the SiLU output (mcore sweep traces)
     cpu_measured_on = {"mindspore": "2.9.0", "mindformers": "1.9.0"}
