@@ -1,6 +1,6 @@
 """MindFormers' training step (MFTrainOneStepCell) made to run on the CPU backend, with recompute intact.
 
-Five things in MFTrainOneStepCell stop it from serving CPU training:
+Six things in MFTrainOneStepCell stop it from serving CPU training:
 
 1. Its overflow check has only GPU and Ascend branches; on CPU it compiles NPUGetFloatStatusV2,
    which has no CPU kernel. Here the check is MindSpore's IsFinite path (all-reduced across
@@ -36,6 +36,24 @@ Five things in MFTrainOneStepCell stop it from serving CPU training:
    schedule's branches fails to compile on CPU ("Invalid abstract ... ValueNode<None>"). Here an mcore step
    without clip-grad returns the gradients' global norm, computed and not applied (the log says so).
 
+6. An mcore MoE router adds to Parameters in its forward: to `expert_load` with an expert bias
+   (`moe_router_enable_expert_bias`; TopkBiasBalanceCallback moves the bias by it after the step and zeroes it)
+   and to `fi_accu` with `gbs_aux_loss` (later forwards read it until MFLossMonitor resets it after the step). A
+   write in the forward puts the optimizer's read of its step counter, and with it the learning-rate schedule's
+   branch, after the forward: the step is cut there into a forward and a backward kernel graph (the IR's
+   graph_build files), and the forward's tensors the backward uses stay alive to the end of the forward. Memory-
+   pool peaks of one step of configs/deepseek3_tiny.yaml: 100.16 MiB without recompute, 76.90 MiB with full
+   recompute (23% less), 81.09 MiB with `mlp` recomputed. Here every such router (`CPUTopKRouter`,
+   `models/mcore/moe_kernels.py`) writes nothing in the forward and hands what it would add to the step as that
+   Parameter's gradient; the step takes those gradients with the weights' and adds them after the optimizer, so
+   the Parameters hold MindFormers' values at the end of each step, where the callbacks read them, and the losses
+   and trained parameters are bit-identical (tests/test_router_additions.py). Peaks: 93.59, 65.15 (30% less) and
+   74.46 MiB; configs/qwen3_moe_tiny.yaml (gbs_aux_loss): 63.31 -> 63.30 MiB without recompute, 36.75 -> 34.61
+   MiB with full recompute, 51.66 -> 51.64 MiB with `mlp`. The log says how many Parameters are added after the
+   optimizer. Within a step only the forward reads them (`fi_accu`, which MindFormers too reads before adding to
+   it), once: MindFormers resets gradient accumulation to 1 in stand-alone and data-parallel runs, the only ones
+   CPU trains; its other readers are callbacks. Under any other training step the routers keep MindFormers' writes.
+
 Everything else (loss scaling, clip-grad, schedule-driven learning rate, local norms, outputs)
 is MindFormers' own code, inherited.
 """
@@ -44,7 +62,7 @@ from __future__ import annotations
 
 from mindformers.tools.register import MindFormerModuleType, MindFormerRegister
 from mindformers.wrapper import MFTrainOneStepCell
-from mindspore import ops
+from mindspore import ParameterTuple, ops
 from mindspore.common import dtype as mstype
 from mindspore.nn.wrap.loss_scale import _ascend_grad_overflow, _grad_scale
 from mindspore.ops import composite as C
@@ -61,8 +79,42 @@ def _zero_tensor_if(skip, grad):
     return ops.select(ops.broadcast_to(skip, grad.shape), ops.zeros_like(grad), grad)
 
 
+_add_after = ops.MultitypeFuncGraph("add_after")
+
+
+@_add_after.register("Tensor", "Tensor")
+def _add_tensor(variable, value):
+    return F.assign_add(variable, value)
+
+
+def deferred_additions(network) -> list:
+    """The Parameters whose additions during the forward the cells of `network` hand to the step (6.): every cell
+    with a `defer_parameter_additions()` stops its own and names them."""
+    found = []
+    for _, cell in network.cells_and_names():
+        defer = getattr(cell, "defer_parameter_additions", None)
+        if callable(defer):
+            found.extend(defer())
+    return found
+
+
 class CPUTrainOneStepCell(MFTrainOneStepCell):
     """MFTrainOneStepCell with an IsFinite overflow check and no branch around the optimizer."""
+
+    def __init__(self, network, optimizer, *args, **kwargs):
+        super().__init__(network, optimizer, *args, **kwargs)
+        deferred = [] if self.use_legacy else deferred_additions(self.network)
+        self.defers_additions = bool(deferred)
+        self.weight_count = len(self.weights)
+        self.deferred = ParameterTuple(deferred)
+        self.grad_parameters = ParameterTuple([*self.weights, *deferred]) if deferred else self.weights
+        if deferred:
+            from ..apply.logs import LOGGER
+
+            names = sorted({parameter.name.rsplit(".", 1)[-1] for parameter in deferred})
+            LOGGER.info(f"{len(deferred)} Parameter(s) MindFormers' MoE routers add to during the forward "
+                        f"({', '.join(names)}) are added after the optimizer instead, with the same values at the "
+                        "end of each step, so that recompute keeps saving memory")
 
     def get_overflow_status(self, status, compute_output):
         return self._get_distributed_overflow_status_on_infnan_mode(_ascend_grad_overflow, compute_output)
@@ -70,10 +122,13 @@ class CPUTrainOneStepCell(MFTrainOneStepCell):
     def construct(self, *inputs):
         scaling_sens = self.scale_sense
         losses = None
+        additions = ()
         if self.use_legacy:
             loss, grads, grad_scale_factor = self.grads_for_legacy(scaling_sens, *inputs)
         else:
             loss, grads, grad_scale_factor, losses = self._mcore_grads(scaling_sens, *inputs)
+            if self.defers_additions:
+                grads, additions = grads[:self.weight_count], grads[self.weight_count:]
         grads = self.hyper_map(F.partial(_grad_scale, scaling_sens * grad_scale_factor), grads)
         if self.local_norm:
             local_norm, size = self.localnorm(grads)
@@ -100,6 +155,10 @@ class CPUTrainOneStepCell(MFTrainOneStepCell):
         overflow = F.depend(self.process_loss_scale(F.depend(overflow, updated)), updated)
         if self.print_separate_loss:
             loss = F.depend(loss, self._add_separate_losses(losses))
+        if self.defers_additions:
+            # what the MoE routers would have added during the forward, handed over as those Parameters' gradients
+            # (6.): added after the parameters, as the loss scale and the separate losses
+            loss = F.depend(loss, self.hyper_map(_add_after, self.deferred, F.depend(additions, updated)))
         loss = F.depend(loss, updated)
         if self.local_norm:
             return loss, overflow, scaling_sens, learning_rate, global_norm, local_norm, size
@@ -117,15 +176,15 @@ class CPUTrainOneStepCell(MFTrainOneStepCell):
             loss = loss + mtp_loss
             filled = self.cast(C.ones_like(numerator0) * F.cast(scaling_sens, F.dtype(numerator0)), mstype.float32)
             filled_zero = self.cast(self.zero_t * F.cast(scaling_sens, F.dtype(denominator0)), mstype.float32)
-            grads = self.grad(self.network, self.weights)(*inputs, (filled, filled_zero, filled, filled_zero, filled,
-                                                                    filled))
+            grads = self.grad(self.network, self.grad_parameters)(*inputs, (filled, filled_zero, filled, filled_zero,
+                                                                            filled, filled))
             grad_scale_factor = denominator0
         else:
             lm_loss, mtp_loss, aux_loss, indexer_loss = self.network(*inputs)
             loss = lm_loss + aux_loss + indexer_loss
             loss = loss + mtp_loss
             filled = C.ones_like(loss) * F.cast(scaling_sens, F.dtype(loss))
-            grads = self.grad(self.network, self.weights)(*inputs, (filled, filled, filled, filled))
+            grads = self.grad(self.network, self.grad_parameters)(*inputs, (filled, filled, filled, filled))
             grad_scale_factor = self.grad_scale_factor
         return loss, grads, grad_scale_factor, (lm_loss, mtp_loss, aux_loss, indexer_loss)
 

@@ -89,8 +89,10 @@ def after_build(network: Any, config: Any, device_target: str, log: Callable[[st
     if device_target == "Ascend":
         return []
     from .cpu_kernels import replace_cpu_kernels
+    from .moe_kernels import deferrable_routers
 
     replaced = replace_cpu_kernels(network)
+    deferrable_routers(network)         # the CPU step takes over their Parameter additions (moe_kernels.py)
     pure = pure_morphs(network)
     if pure:
         log(f"{len(pure)} Morph operators (MindFormers' linears, logits and label reshapes) marked free of side "

@@ -6,6 +6,9 @@
     FFNGroupedGEMM (mlp.experts)    morphed_forward   Morph (token dispatcher,      CPUDenseExperts
                                                       GroupedMatmul, Swiglu)
     FFNGroupedGEMM (mlp.experts)    swiglu            Swiglu                        CPUSwiglu
+    TopKRouter with an expert       assign_add,       AssignAdd (expert_load,       CPUDeferredAssignAdd
+    bias or gbs_aux_loss            assignadd         fi_accu)                      (see below)
+    (becomes a CPUTopKRouter)       add_accu          AddExt (reads fi_accu)        CPUReadOnlyAdd
 
 The experts' Morph holds MindFormers' whole token dispatcher (SortExt, CumsumExt, AlltoAllV,
 IndexSelect) and two GroupedMatmul calls; none of them runs on CPU. `CPUDenseExperts` takes the
@@ -19,16 +22,36 @@ all E experts for every token where the sparse layer keeps top-k, and the CPU es
 The experts' Swiglu is marked for recompute by MindFormers itself; `CPUDenseExperts` calls the
 owner's `swiglu` stand-in, not a copy, so that mark and any pattern naming `mlp.experts.swiglu`
 act on the operator that runs.
+
+A router with an expert bias adds each step's expert load to `expert_load` in its forward
+(`assign_add`), one with `gbs_aux_loss` its expert counts to `fi_accu` (`assignadd`). Such a router
+becomes a `CPUTopKRouter` when the model is built on CPU (the same cell, parameters and marks, and
+MindFormers' behaviour; its stand-ins hold MindFormers' operators and are in place before the plan,
+so the apply report and `verify` name the cells that run), and the CPU training step
+(`runtime/cpu_wrapper.py`, 6.) takes the additions over, because a Parameter written in the forward
+cut the CPU step into a forward and a backward kernel graph and full recompute of the tiny
+DeepSeek-V3 saved 23% of the pool peak instead of 30%. The router's `assign_add` and `assignadd`
+then write nothing (`CPUDeferredAssignAdd`); the router computes what they would add with
+MindFormers' own operators from the expert indices it returns, and `HandToStep` gives that as the
+Parameter's gradient in the aux loss's backward; the step adds the gradient after the optimizer. The
+aux loss's gradient is a constant, so MindSpore runs that backward as early as it can, at the start
+of the backward: the value's last operator is kept rather than recomputed (a float per expert), or
+fetching it pulled every recomputed layer's forward there (92.12 MiB with full recompute instead of
+65.15). `fi_accu` is also read by the aux loss (`add_accu`, `CPUReadOnlyAdd`): that read passes no
+gradient to it, so the step's gradient for `fi_accu` is the addition alone; `fi_accu` is not
+trained, so no trained Parameter's gradient changes. Outputs, gradients and additions are
+bit-identical to MindFormers' router (tests/test_router_additions.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from mindformers.parallel_core.training_graph.transformer.moe.router import TopKRouter
 from mindspore import nn, ops
 from mindspore.common import dtype as mstype
 from mindspore.ops import operations as P
-from mindspore.ops.auto_generate import SiLU
+from mindspore.ops.auto_generate import MeanExt, SiLU
 
 
 class CPUTopk(nn.Cell):
@@ -121,3 +144,124 @@ def moe_stand_in(owner: Any, name: str, primitive: Any, path: str) -> nn.Cell | 
         return CPUDenseExperts(owner, int(owner.num_local_experts), int(owner.hidden_size),
                                int(owner.moe_ffn_hidden_size))
     return None
+
+
+class CPUDeferredAssignAdd(nn.Cell):
+    """The router's `AssignAdd()(variable, value)` (MindFormers' own operator, marks and all): it writes, until the
+    CPU step takes the addition over (`deferred`); then it writes nothing (MindFormers discards the result)."""
+
+    def __init__(self, add: Any):
+        super().__init__()
+        self.add = add
+        self.deferred = False
+
+    def construct(self, variable, value):
+        if self.deferred:
+            return value
+        return self.add(variable, value)
+
+
+class CPUReadOnlyAdd(nn.Cell):
+    """The gbs router's `add_accu(fi_accu, dp_mean_fi)` (MindFormers' own operator, marks and all) with no gradient
+    to `fi_accu`, so that the only gradient a step can take for `fi_accu` is what the router hands it. `fi_accu` is
+    not trained: no step takes its gradient otherwise, and no trained Parameter's gradient changes."""
+
+    def __init__(self, add: Any):
+        super().__init__()
+        self.add = add
+
+    def construct(self, accumulated, value):
+        return self.add(ops.stop_gradient(accumulated), value)
+
+
+class HandToStep(nn.Cell):
+    """`(loss, value, variable) -> loss`, whose backward gives `value` as the gradient of `variable`: how what a router
+    adds to a Parameter during the forward reaches the training step, which takes the Parameters' gradients too and
+    adds them after the optimizer (`CPUTopKRouter`). The loss and its gradient pass unchanged."""
+
+    def construct(self, loss, value, variable):
+        return loss
+
+    def bprop(self, loss, value, variable, out, dout):
+        return dout, ops.zeros_like(value), value
+
+
+class CPUTopKRouter(TopKRouter):
+    """MindFormers' TopKRouter whose Parameter additions in the forward the CPU training step can take over.
+
+    Until `defer_parameter_additions()` it is MindFormers' router. After it, its `assign_add` (the expert load, with
+    an expert bias) and `assignadd` (`fi_accu`, with gbs_aux_loss) write nothing, and the router hands what they
+    would have added to the step through the aux loss's backward (`HandToStep`): the same numbers, computed by
+    the same operators from the same expert indices (MindFormers' `_update_expert_load`, and its
+    `_expert_load_balancing` up to `dp_mean_fi`)."""
+
+    deferring = False
+
+    def prepare_deferral(self) -> None:
+        """Install the stand-ins (at build, before the plan: the apply report and `verify` see the final cells)."""
+        for name in self._additions():
+            setattr(self, name, CPUDeferredAssignAdd(self._primitives.pop(name)))
+        if self.moe_router_load_balancing_type == "gbs_aux_loss":
+            self.add_accu = CPUReadOnlyAdd(self._primitives.pop("add_accu"))
+        self.hand_to_step = HandToStep()
+        if self.moe_router_enable_expert_bias:
+            self.load_mean = MeanExt()          # afb_reduce_mean's twin, kept (not recomputed) for the backward
+            self.load_mean.recompute(False)
+
+    def defer_parameter_additions(self) -> list:
+        """Stop the router's own additions; the Parameters the step must add their gradients to, in order."""
+        additions = self._additions()
+        for name in additions:
+            getattr(self, name).deferred = True
+        self.deferring = bool(additions)
+        return [getattr(self, parameter) for parameter in additions.values()]
+
+    def _additions(self) -> dict[str, str]:
+        """{the adding operator: the Parameter it adds to}."""
+        found = {}
+        if self.moe_router_enable_expert_bias:
+            found["assign_add"] = "expert_load"
+        if self.moe_router_load_balancing_type == "gbs_aux_loss":
+            found["assignadd"] = "fi_accu"
+        return found
+
+    def construct(self, inputs):
+        expert_index, router_coeff, router_aux_loss = TopKRouter.construct(self, inputs)
+        if self.deferring:
+            if self.moe_router_enable_expert_bias:
+                router_aux_loss = self.hand_to_step(router_aux_loss, self._expert_load_added(expert_index),
+                                                    self.expert_load)
+            if self.moe_router_load_balancing_type == "gbs_aux_loss":
+                router_aux_loss = self.hand_to_step(router_aux_loss, self._fi_accu_added(expert_index), self.fi_accu)
+        return expert_index, router_coeff, router_aux_loss
+
+    def _expert_load_added(self, expert_index):
+        """MindFormers' `_update_expert_load` up to its AssignAdd: what it adds to `expert_load`."""
+        expert_index = self.reshape(expert_index, (expert_index.shape[0], -1))
+        expert_mask = self.onehot_2d(expert_index, self.expert_dim, self.on_value, self.off_value)
+        expert_mask = self.cast(expert_mask, mstype.float32)
+        expert_load_data = self.reduce_mean(expert_mask, 1)
+        return self.load_mean(expert_load_data, 0)
+
+    def _fi_accu_added(self, top_indices):
+        """MindFormers' `_expert_load_balancing` up to `dp_mean_fi`: what it adds to `fi_accu`."""
+        top_indices = self.reshape(top_indices, (self.dp, -1, top_indices.shape[2]))
+        top_indices = self.reshape(top_indices, (top_indices.shape[0], -1))
+        mask = self.onehot_aux(top_indices, self.expert_dim, self.on_value, self.off_value)
+        mask = self.cast(mask, mstype.float32)
+        fi = self.reduce_mean_aux_3d(mask, 1)
+        return self.reduce_mean_dp(fi.reshape(self.dp, -1), 0)
+
+
+def deferrable_routers(network: Any) -> list[str]:
+    """Make every MindFormers TopKRouter that adds to a Parameter in its forward a `CPUTopKRouter` (the same cell and
+    parameters, MindFormers' operators and marks; it behaves as MindFormers' until the CPU step calls
+    `defer_parameter_additions`); their paths."""
+    found = []
+    for path, cell in network.cells_and_names():
+        if type(cell) is TopKRouter and (cell.moe_router_enable_expert_bias
+                                         or cell.moe_router_load_balancing_type == "gbs_aux_loss"):
+            cell.__class__ = CPUTopKRouter
+            cell.prepare_deferral()
+            found.append(path)
+    return found
