@@ -25,7 +25,6 @@ Peaks go to `benchmarks/data/sweep_deepseek_peaks.json`.
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 from dataclasses import dataclass
@@ -36,21 +35,16 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.step_forms import FORMS  # noqa: E402
-from benchmarks.sweep import _load, _summary, record_peaks  # noqa: E402
-from benchmarks.sweep_mcore import OFF, McoreConfig, estimate_rows  # noqa: E402
+from benchmarks.sweep_mcore import McoreConfig, print_comparison, sweep_cli  # noqa: E402
+from benchmarks.sweep_moe import RECOMPUTE as MOE_RECOMPUTE  # noqa: E402
 
 BASE_CONFIG = REPO / "configs" / "deepseek3_tiny.yaml"
 DATA = REPO / "benchmarks" / "data" / "sweep_deepseek_peaks.json"
 SEED = 20261125
 CONFIGS = 8
-RECOMPUTE: dict[str, dict[str, Any]] = {
-    "none": dict(OFF),
-    "full": {**OFF, "recompute": True},
-    "full, first layer": {**OFF, "recompute": [1]},
-    "select mlp": {**OFF, "select_recompute": {"mlp": True}},
-    "select self_attention": {**OFF, "select_recompute": {"self_attention": True}},
-    "select mlp.experts": {**OFF, "select_recompute": {r"mlp\.experts": True}},
-}
+# the MoE sweep's forms but the router alone (which saves nothing there)
+RECOMPUTE: dict[str, dict[str, Any]] = {name: form for name, form in MOE_RECOMPUTE.items()
+                                       if name != "select mlp.router"}
 MAX_FP32_PEAK = 0.6 * 2**30
 
 
@@ -121,41 +115,18 @@ def _columns(config: DeepseekConfig) -> list[str]:
             f"{config.recompute}; {config.step}"]
 
 
-def compare() -> float:
+def compare(halves: list[str] | None = None) -> float:
     """Print `estimate --runtime cpu` against the recorded peaks; return the worst error."""
-    from benchmarks.common import print_table
-
-    data = _load(DATA)
-    rows, errors = estimate_rows(generate(), data, ["held-out"], _columns)
-    print_table(f"(e4) DeepSeek-V3 held-out set: estimate --runtime cpu against the measured memory-pool peak (MiB, "
-                f"to the byte); data {DATA.relative_to(REPO)} (MindSpore {data.get('mindspore')}, launcher "
-                f"{data.get('launcher')})",
-                ("config", "layers/dense/mtp", "h", "heads x (nope+rope)/v", "q/kv rank", "experts/top-k x F+shared",
-                 "s", "b", "v", "recompute; step", "measured", "estimated", "error", "estimated peak at"), rows)
-    for half, values in errors.items():
-        if values:
-            print(_summary(half, values))
+    errors = print_comparison("(e4) DeepSeek-V3 held-out set", ("config", "layers/dense/mtp", "h",
+                                                                "heads x (nope+rope)/v", "q/kv rank",
+                                                                "experts/top-k x F+shared", "s", "b", "v",
+                                                                "recompute; step"),
+                              generate(), DATA, ["held-out"], _columns)
     return max(errors.get("held-out", []), default=float("nan"))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("list", help="print the generated configs")
-    run = commands.add_parser("measure", help="train every config one step and record its pool peak")
-    run.add_argument("--only", nargs="*", help="config names (k00, k01, ...) to measure")
-    run.add_argument("--exact", action="store_true", help="also replay the allocation log for the peak to the byte")
-    commands.add_parser("compare", help="the estimator against the recorded peaks")
-    args = parser.parse_args(argv)
-    if args.command == "list":
-        for config in generate():
-            print(config.name, config.half, config.dtype, "|", config.recompute, "|", config.step, "|", config.model)
-    elif args.command == "compare":
-        compare()
-    else:
-        record_peaks(generate(), DATA, only=args.only, exact=args.exact,
-                     command="python benchmarks/sweep_deepseek.py measure --exact")
-    return 0
+    return sweep_cli(argv, __doc__.splitlines()[0], generate, DATA, "sweep_deepseek.py", compare, halves=False)
 
 
 if __name__ == "__main__":

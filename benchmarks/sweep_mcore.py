@@ -208,21 +208,53 @@ def estimate_rows(configs: list[McoreConfig], data: dict, halves: list[str],
     return rows, errors
 
 
-def compare(halves: list[str], which: str = "sweep") -> float:
-    """Print `estimate --runtime cpu` against the recorded peaks of `halves`; return the worst held-out error."""
+def print_comparison(title: str, headers: tuple[str, ...], configs: list[McoreConfig], path: Path,
+                     halves: list[str], columns: Callable[[McoreConfig], list[str]]) -> dict[str, list[float]]:
+    """Print the table of `estimate_rows` under `title` (the data file, MindSpore and launcher added) and each
+    half's summary; the absolute errors per half. `headers` name the `columns`; the last four are added."""
     from benchmarks.common import print_table
 
-    path = data_file(which)
     data = _load(path)
-    halves = [which] if which != "sweep" else halves
-    rows, errors = estimate_rows(generate(which), data, halves, _columns)
-    print_table(f"(e2) mcore sweep: estimate --runtime cpu against the measured memory-pool peak (MiB, to the byte); "
-                f"data {path.relative_to(REPO)} (MindSpore {data.get('mindspore')}, launcher {data.get('launcher')})",
-                ("config", "half", "model", "layers", "h", "heads x d/kv", "s", "b", "v", "f", "dtypes",
-                 "recompute; step", "measured", "estimated", "error", "estimated peak at"), rows)
+    rows, errors = estimate_rows(configs, data, halves, columns)
+    print_table(f"{title}: estimate --runtime cpu against the measured memory-pool peak (MiB, to the byte); data "
+                f"{path.relative_to(REPO)} (MindSpore {data.get('mindspore')}, launcher {data.get('launcher')})",
+                (*headers, "measured", "estimated", "error", "estimated peak at"), rows)
     for half, values in errors.items():
         if values:
             print(_summary(half, values))
+    return errors
+
+
+def sweep_cli(argv: list[str] | None, description: str, configs: Callable[[], list[McoreConfig]], path: Path,
+              script: str, compare: Callable[[list[str]], float], halves: bool) -> int:
+    """`list`, `measure [--only ...] [--exact]` and `compare [--half ...]` (`halves`) of one set of configs."""
+    parser = argparse.ArgumentParser(description=description)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("list", help="print the generated configs")
+    run = commands.add_parser("measure", help="train every config one step and record its pool peak")
+    run.add_argument("--only", nargs="*", help="config names to measure")
+    run.add_argument("--exact", action="store_true", help="also replay the allocation log for the peak to the byte")
+    against = commands.add_parser("compare", help="the estimator against the recorded peaks")
+    if halves:
+        against.add_argument("--half", nargs="+", choices=("build", "held-out"), default=["build", "held-out"])
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        for config in configs():
+            print(config.name, config.half, config.dtype, "|", config.recompute, "|", config.step, "|", config.model)
+    elif args.command == "compare":
+        compare(getattr(args, "half", ["held-out"]))
+    else:
+        record_peaks(configs(), path, only=args.only, exact=args.exact,
+                     command=f"python benchmarks/{script} measure --exact")
+    return 0
+
+
+def compare(halves: list[str], which: str = "sweep") -> float:
+    """Print `estimate --runtime cpu` against the recorded peaks of `halves`; return the worst held-out error."""
+    halves = [which] if which != "sweep" else halves
+    errors = print_comparison("(e2) mcore sweep", ("config", "half", "model", "layers", "h", "heads x d/kv", "s", "b",
+                                                   "v", "f", "dtypes", "recompute; step"),
+                              generate(which), data_file(which), halves, _columns)
     return max(errors.get("held-out" if which == "sweep" else which, []), default=float("nan"))
 
 

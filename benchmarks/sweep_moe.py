@@ -25,7 +25,6 @@ Peaks go to `benchmarks/data/sweep_moe_peaks.json`.
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 from dataclasses import dataclass
@@ -36,8 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.step_forms import FORMS  # noqa: E402
-from benchmarks.sweep import _load, _summary, record_peaks  # noqa: E402
-from benchmarks.sweep_mcore import DTYPES, OFF, McoreConfig, estimate_rows  # noqa: E402
+from benchmarks.sweep_mcore import DTYPES, OFF, McoreConfig, print_comparison, sweep_cli  # noqa: E402
 
 BASE_CONFIG = REPO / "configs" / "qwen3_moe_tiny.yaml"
 DATA = REPO / "benchmarks" / "data" / "sweep_moe_peaks.json"
@@ -129,40 +127,14 @@ def _columns(config: MoeConfig) -> list[str]:
 
 def compare(halves: list[str]) -> float:
     """Print `estimate --runtime cpu` against the recorded peaks of `halves`; return the worst held-out error."""
-    from benchmarks.common import print_table
-
-    data = _load(DATA)
-    rows, errors = estimate_rows(generate(), data, halves, _columns)
-    print_table(f"(e3) Qwen3-MoE sweep: estimate --runtime cpu against the measured memory-pool peak (MiB, to the "
-                f"byte); data {DATA.relative_to(REPO)} (MindSpore {data.get('mindspore')}, launcher "
-                f"{data.get('launcher')})",
-                ("config", "half", "layers", "h", "heads x d/kv", "experts/top-k x F", "s", "b", "v", "dtypes",
-                 "recompute; step", "measured", "estimated", "error", "estimated peak at"), rows)
-    for half, values in errors.items():
-        if values:
-            print(_summary(half, values))
+    errors = print_comparison("(e3) Qwen3-MoE sweep", ("config", "half", "layers", "h", "heads x d/kv",
+                                                       "experts/top-k x F", "s", "b", "v", "dtypes", "recompute; step"),
+                              generate(), DATA, halves, _columns)
     return max(errors.get("held-out", []), default=float("nan"))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("list", help="print the generated configs")
-    run = commands.add_parser("measure", help="train every config one step and record its pool peak")
-    run.add_argument("--only", nargs="*", help="config names (m00, m01, ...) to measure")
-    run.add_argument("--exact", action="store_true", help="also replay the allocation log for the peak to the byte")
-    against = commands.add_parser("compare", help="the estimator against the recorded peaks")
-    against.add_argument("--half", nargs="+", choices=("build", "held-out"), default=["build", "held-out"])
-    args = parser.parse_args(argv)
-    if args.command == "list":
-        for config in generate():
-            print(config.name, config.half, config.dtype, "|", config.recompute, "|", config.step, "|", config.model)
-    elif args.command == "compare":
-        compare(args.half)
-    else:
-        record_peaks(generate(), DATA, only=args.only, exact=args.exact,
-                     command="python benchmarks/sweep_moe.py measure --exact")
-    return 0
+    return sweep_cli(argv, __doc__.splitlines()[0], generate, DATA, "sweep_moe.py", compare, halves=True)
 
 
 if __name__ == "__main__":
