@@ -130,3 +130,12 @@ def test_auto_on_cpu_names_the_layers_it_cannot_plan(capsys):
     assert [line.split(": ")[1] for line in lines] == ["model.model_config.first_k_dense_replace",
                                                         "model.model_config.num_nextn_predict_layers"]
     assert all("auto --runtime cpu plans layers of one kind" in line for line in lines)
+
+
+def test_auto_offers_the_shared_experts_where_the_model_has_them():
+    from mf_memopt.config.source import load_source
+    from mf_memopt.models import MCORE
+
+    assert r"mlp\.shared_experts" in MCORE.auto_cells_for(load_source(TINY)).select
+    qwen3_moe = load_source(ROOT / "configs" / "qwen3_moe_tiny.yaml")
+    assert r"mlp\.shared_experts" not in MCORE.auto_cells_for(qwen3_moe).select

@@ -12,11 +12,12 @@ MLP is not modelled here, and the estimate says so.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from ...config.errors import ConfigIssue
 from ...config.source import Source
 from ..family import AutoCells, Defaults, ModelFamily, ModelKeys
-from .keys import MODEL, architecture, mcore_view
+from .keys import MODEL, architecture, mcore_view, model_value
 
 # MindFormers' own default patterns for mcore models (parallel_core/training_graph/transformer/utils.py)
 DEFAULT_SELECT = (r"mlp\.shared_experts\.mul", r"mlp\.shared_experts\.activation_func\.silu", r"mlp\.mul",
@@ -67,8 +68,17 @@ class McoreFamily(ModelFamily):
         return mcore_view(source)
 
     def auto_cells_for(self, source: Source) -> AutoCells:
-        arch, _ = architecture(mcore_view(source)[0])
-        return _MOE_AUTO_CELLS if arch is not None and arch.moe else self.auto_cells
+        """An MoE model's cells: the MoE block, the attention, the experts, and the shared experts where it has
+        them. Not offered: the router (recomputing it saves nothing: its input is kept for the experts, measured
+        on the tiny Qwen3-MoE) and the projections of a multi-latent attention (their outputs are not kept for
+        the backward, so recomputing one saves nothing; the attention cell as a whole is offered)."""
+        view = mcore_view(source)[0]
+        arch, _ = architecture(view)
+        if arch is None or not arch.moe:
+            return self.auto_cells
+        if (model_value(view, "n_shared_experts") or 0) > 0:
+            return replace(_MOE_AUTO_CELLS, select=(*_MOE_AUTO_CELLS.select, r"mlp\.shared_experts"))
+        return _MOE_AUTO_CELLS
 
     def model_issues(self, source: Source) -> list[ConfigIssue]:
         from .checks import model_issues
