@@ -46,7 +46,7 @@ def test_each_layer_and_the_model_level_parameters_equal_the_built_models(name):
     assert [counts[key] for key in layers] == [model.layer_model(index).layer_params
                                                for index in range(model.num_layers)]
     mtp = [counts[key] for key in sorted(counts) if key.startswith("mtp.layers.")]
-    assert mtp == [model.layer_params + model.mtp_extra_params] * model.mtp_layers
+    assert mtp == [model.mtp_params] * model.mtp_layers
     assert sum(counts.values()) == stage_parameters(model, ParallelSpec(), range(model.num_layers), True, True)
     if name == "deepseek3":     # the dense first layer and the MoE layers differ, and the spec says how
         assert model.mla and model.dense_layers == 1 and model.mtp_layers == 1

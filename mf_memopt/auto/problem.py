@@ -28,10 +28,10 @@ def stage_problems(plan: Plan, spec: tuple[ModelSpec, ParallelSpec, OptimizerSpe
                    *, runtime: str, hardware: Hardware) -> list[StageProblem]:
     model, parallel, optimizer = spec
     family = plan.family
-    kinds = {kind: footprints(choices, family.inventory(kind, parallel, runtime), family.layer_ops(kind, parallel),
-                              family) for kind in model.layer_kinds}
-    seconds = {kind: hardware.seconds(sum(op.flops for op in family.layer_ops(kind, parallel)))
-               for kind in model.layer_kinds}
+    ops = {kind: family.layer_ops(kind, parallel) for kind in model.layer_kinds}
+    kinds = {kind: footprints(choices, family.inventory(kind, parallel, runtime), ops[kind], family)
+             for kind in model.layer_kinds}
+    seconds = {kind: hardware.seconds(sum(op.flops for op in ops[kind])) for kind in model.layer_kinds}
     mtp = _mtp_prints(plan, model, parallel, choices, runtime, hardware)
     steps = parallel.micro_batches * parallel.grad_accumulation
     problems = []

@@ -121,22 +121,22 @@ def _estimate(plan: Plan, model: ModelSpec, parallel: ParallelSpec, optimizer: O
     family = plan.family
     element_bytes = 4 if runtime == "cpu" else model.compute_bytes
     compression = family.compression if any(layer.op_compress for layer in plan.layers) else None
+    def effect_of(layer: LayerPlan, inventory: list, ops: list) -> tuple[LayerEffect, int]:
+        """The layer's effect under its plan, and its forward FLOPs."""
+        effect = compress_effect(layer, layer_effect(layer, inventory, ops, family.cell_outputs,
+                                                     family.primitive_recompute), compression, element_bytes, model)
+        return effect, sum(op.flops for op in ops)
+
     kinds = {kind: (family.inventory(kind, parallel, runtime), family.layer_ops(kind, parallel))
              for kind in model.layer_kinds}
-
-    def effect_of(layer: LayerPlan, inventory: list, ops: list) -> LayerEffect:
-        return compress_effect(layer, layer_effect(layer, inventory, ops, family.cell_outputs,
-                                                   family.primitive_recompute), compression, element_bytes, model)
-
-    units = {layer.layer: (effect_of(layer, *kinds[model.layer_model(layer.layer)]),
-                           sum(op.flops for op in kinds[model.layer_model(layer.layer)][1])) for layer in plan.layers}
+    units = {layer.layer: effect_of(layer, *kinds[model.layer_model(layer.layer)]) for layer in plan.layers}
     if model.mtp_layers:
         # MindFormers gives each MTP layer the last decoder layer's id: its stage and plan
         last = plan.layers[-1]
         inventory, ops = family.mtp_inventory(model, parallel, runtime), family.mtp_ops(model, parallel)
         for index in range(model.mtp_layers):
             follower = replace(last, layer=plan.num_layers + index)
-            units[follower.layer] = (effect_of(follower, inventory, ops), sum(op.flops for op in ops))
+            units[follower.layer] = effect_of(follower, inventory, ops)
     layers, stages = [], []
     for stage in range(plan.layout.stages):
         members = [layer for layer in plan.layers if layer.stage == stage]

@@ -82,18 +82,17 @@ def stage_parameters(model: ModelSpec, parallel: ParallelSpec, layers: Sequence[
     the last. Tensor parallelism splits the matrices, expert parallelism the routed experts; norms are whole."""
     t = parallel.tensor
 
-    def layer(spec: ModelSpec) -> int:
-        experts = spec.expert_params
-        return (spec.layer_params - spec.norm_params - experts) // t + experts // parallel.expert + spec.norm_params
+    def on_device(params: int, norms: int, experts: int) -> int:
+        return (params - norms - experts) // t + experts // parallel.expert + norms
 
     vocab = model.vocab * model.hidden // (1 if parallel.vocab_emb_dp else t)
-    params = sum(layer(model.layer_model(index)) for index in layers)
+    params = sum(on_device(spec.layer_params, spec.norm_params, spec.expert_params)
+                  for spec in map(model.layer_model, layers))
     if first:
         params += vocab
     if last:
         params += model.hidden + (0 if model.tie_embeddings and first else vocab)
-        params += model.mtp_layers * (layer(model) + (model.mtp_extra_params - 3 * model.hidden) // t
-                                      + 3 * model.hidden)
+        params += model.mtp_layers * on_device(model.mtp_params, model.mtp_norm_params, model.expert_params)
         if model.mtp_layers and not first and not model.tie_embeddings:
             params += vocab         # the MTP layers embed the shifted tokens with the first stage's embedding
     return params

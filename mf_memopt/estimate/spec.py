@@ -180,22 +180,28 @@ class ModelSpec:
 
     def unit_params(self, units: int) -> list[int]:
         """The parameters of each of a single-stage step's `units` layers in forward order: the decoder layers
-        (each of its kind), then the `mtp_layers` MTP layers (an MoE layer, their own norms and projection)."""
+        (each of its kind), then the `mtp_layers` MTP layers."""
         decoder = units - self.mtp_layers
         return ([self.layer_model(index).layer_params for index in range(decoder)]
-                + [self.layer_params + self.mtp_extra_params] * (units - decoder))
+                + [self.mtp_params] * (units - decoder))
 
     def unit_norm_params(self, units: int) -> list[int]:
         """The norm weights (kept in the layernorm dtype) of each of `units` layers, as `unit_params` orders them."""
         decoder = units - self.mtp_layers
         return ([self.layer_model(index).norm_params for index in range(decoder)]
-                + [self.norm_params + 3 * self.hidden] * (units - decoder))
+                + [self.mtp_norm_params] * (units - decoder))
 
     @property
-    def mtp_extra_params(self) -> int:
-        """What an MTP layer adds to its transformer layer: the two input norms, the projection of their
-        concatenation back to the hidden size, the final norm (the embedding and the output head are shared)."""
-        return 3 * self.hidden + 2 * self.hidden * self.hidden
+    def mtp_params(self) -> int:
+        """One MTP layer's parameters: its transformer layer (an MoE layer), the two input norms, the projection of
+        their concatenation back to the hidden size, the final norm (the embedding and the output head are the
+        model's)."""
+        return self.layer_params + 2 * self.hidden * self.hidden + 3 * self.hidden
+
+    @property
+    def mtp_norm_params(self) -> int:
+        """One MTP layer's norm weights: its transformer layer's and its three own norms'."""
+        return self.norm_params + 3 * self.hidden
 
     @property
     def expert_params(self) -> int:

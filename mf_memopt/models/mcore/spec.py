@@ -21,6 +21,8 @@ _MOE_SHAPE = ("num_experts", "num_experts_per_tok", "moe_intermediate_size")
 # MindFormers' Qwen3 layer specs build the q/k norms whatever qk_layernorm says (modeling_qwen3*_train.py)
 _QK_NORM_ALWAYS = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
 _MLA_SHAPE = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
 def cpu_spec_issues(source: Source, model: ModelSpec) -> list[ConfigIssue]:
     """The parts of the model the CPU memory model has no terms for: the ascend runtime estimates them."""
     if not model.mla or model.compute_bytes == DTYPE_BYTES["float32"]:
@@ -78,12 +80,8 @@ def model_spec(source: Source, issues: list[ConfigIssue]) -> ModelSpec | None:
     if len(issues) > reported:
         return None
     shape = _SHAPE + (_MOE_SHAPE if arch.moe else ())
-    values = {key: model_value(view, key) for key in shape}
-    bad = [key for key, value in values.items() if not positive_int(value)]
-    for key in bad:
-        issues.append(view.issue((*MODEL, key), f"expected a positive integer, got {values[key]!r}",
-                                 "the estimate needs the model's size"))
-    if bad:
+    values = {key: _count(view, key, issues) for key in shape}
+    if None in values.values():
         return None
     dtypes = {key: dtype_name(model_value(view, key)) for key in DTYPE_DEFAULTS}
     unknown = [key for key, name in dtypes.items() if name not in DTYPE_BYTES]
