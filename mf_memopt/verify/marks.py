@@ -192,11 +192,11 @@ def _check_attribute(check: LayerCheck, nodes: list[Node], producers: dict, want
         if wanted.get(node.path) == found:
             witnessed.add(node.path)
             continue
-        source = _fused_from(node, producers, wanted, found, everything)
-        if source is not None:
-            witnessed.update(source.split(" or "))
-            check.notes.append(f"{node.path} carries the {name} mark of {source}: MindSpore fused the two "
-                               "operators while compiling")
+        sources = _fused_from(node, producers, wanted, found, everything)
+        if sources:
+            witnessed.update(sources)
+            check.notes.append(f"{node.path} carries the {name} mark of {' or '.join(sources)}: MindSpore fused "
+                               "the two operators while compiling")
         elif node.path not in wanted and (merged := _merged_into(node, wanted, found)):
             witnessed.update(merged)
             check.notes.append(f"{node.path} is named after another cell's primitive (MindSpore merged equal "
@@ -220,9 +220,9 @@ def _merged_into(node: Node, wanted: dict, found) -> list[str]:
     return sorted(path for path in own if wanted[path] == found)
 
 
-def _fused_from(node: Node, producers: dict, wanted: dict, found, everything: dict) -> str | None:
-    """The planned primitive whose mark a fused node inherited: same operator name, fed by its cell, or else
-    of a cell enclosing it.
+def _fused_from(node: Node, producers: dict, wanted: dict, found, everything: dict) -> list[str]:
+    """The planned primitives one of which a fused node took its mark from (one, unless the IR cannot say which;
+    empty when none): same operator name, fed by its cell, or else of a cell enclosing it.
 
     `Linear` reshapes its output with the same primitive it reshapes its input with; the
     compiler fuses that output reshape with the next reshape of the parent cell, which then
@@ -234,7 +234,7 @@ def _fused_from(node: Node, producers: dict, wanted: dict, found, everything: di
             continue
         candidate = f"{producer.cell_path}.{node.instance}" if producer.cell_path else node.instance
         if candidate != node.path and wanted.get(candidate) == found:
-            return candidate
+            return [candidate]
     # An mcore linear computes its matmul inside a Morph, which a recomputed layer's IR scopes outside the layer
     # (`recompute_Default/MatMul`): the reshape fused after it is then known only by its own cell. Its mark is
     # that of a linear's same-named primitive directly below that cell (MLA's up projections, under full recompute).
@@ -244,7 +244,7 @@ def _fused_from(node: Node, producers: dict, wanted: dict, found, everything: di
         below = sorted(path for path, value in wanted.items() if value == found and path.startswith(prefix)
                        and path.endswith(f".{node.instance}") and path.count(".") == prefix.count(".") + 1)
         if below:
-            return " or ".join(below)       # which of them the IR does not say
+            return below                    # which of them the IR does not say
     # A chain of reshapes (a cell's, then the compressed linear's own flatten, then its codec's) compiles to
     # one node with the innermost scope and the first one's attributes: the same-named primitive of an
     # enclosing cell (mcore's MLP and ColumnParallelLinear mark their Reshape for recompute).
@@ -252,8 +252,8 @@ def _fused_from(node: Node, producers: dict, wanted: dict, found, everything: di
     for depth in range(len(parts) - 1, -1, -1):
         candidate = ".".join([*parts[:depth], node.instance])
         if candidate != node.path and wanted.get(candidate) == found:
-            return candidate
-    return None
+            return [candidate]
+    return []
 
 
 def _check_rules_left_marks(check: LayerCheck, witnessed: dict[str, set[str]], report: dict, layer: int) -> None:
