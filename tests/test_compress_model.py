@@ -105,7 +105,7 @@ def test_partial_users_and_impossible_lossless_are_warned_with_key_and_line(tmp_
     assert warnings == [
         f"{path}:{_line(path, 0)}: compress_config.op_compress[0]: warning: in layer 0, "
         "feed_forward.w1 shares its input with feed_forward.w3; the input is freed only if every backward reader "
-        "keeps a compressed copy, so feed_forward.w3 is compressed too (int2) (name both, e.g. "
+        "keeps a compressed copy, so feed_forward.w3 is compressed too (int2) (name them all, e.g. "
         "'feed_forward\\.(w1|w3)', to silence this)",
         f"{path}:{_line(path, 1)}: compress_config.op_compress[1]: warning: in layer 1, no lossless "
         "transform saves memory for attention.wq: its input can be rebuilt exactly only where it is the product of "
@@ -113,6 +113,22 @@ def test_partial_users_and_impossible_lossless_are_warned_with_key_and_line(tmp_
         "docs/compression.md); it is left uncompressed (use int8 (or int4, int2) for it, or remove it)"]
     assert session.report.log_lines[-1] == ("Set op_compress at layer 0: feed_forward.w1, method=int2, "
                                             "feed_forward.w3, method=int2")
+
+
+def test_the_attention_projections_share_their_input_and_are_compressed_together(tmp_path):
+    session = _session(tmp_path, "attention", {"op_compress": [
+        {"op_name": "attention\\.wq", "method": "int4", "layers": [1]},
+        {"op_name": "attention\\.wo", "method": "int4", "layers": [1]}]})
+    attention = session.network.model.layers[1].attention
+    assert [type(getattr(attention, name)).__name__ for name in ("wq", "wk", "wv", "wo")] == ["CompressedLinear"] * 4
+    assert type(session.network.model.layers[0].attention.wk).__name__ == "Linear"
+    warnings = [line.split("warning: ", 1)[1] for line in session.report.log_lines if "warning:" in line]
+    assert warnings == [
+        f"in layer 1, attention.wq shares its input with attention.{partner}; the input is freed only if every "
+        f"backward reader keeps a compressed copy, so attention.{partner} is compressed too (int4) (name them all, "
+        "e.g. 'attention\\.(wk|wq|wv)', to silence this)" for partner in ("wk", "wv")]
+    assert session.report.log_lines[-1] == ("Set op_compress at layer 1: attention.wk, method=int4, attention.wo, "
+                                            "method=int4, attention.wq, method=int4, attention.wv, method=int4")
 
 
 def test_a_cell_that_cannot_be_compressed_is_an_error_and_nothing_is_replaced(tmp_path):

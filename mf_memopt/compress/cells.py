@@ -42,7 +42,9 @@ class QuantisedMatMul(nn.Cell):
         return ops.stop_gradient(packed), ops.stop_gradient(low), ops.stop_gradient(scale), ops.stop_gradient(norm)
 
     def construct(self, x, weight, packed, low, scale, norm):
-        return self.matmul(x, weight)
+        # The product waits for the compressed copy, which only the backward reads: otherwise the runtime
+        # may run the compression late, at the end of the forward pass, beside the loss's tensors.
+        return self.matmul(ops.depend(x, packed), weight)
 
     def bprop(self, x, weight, packed, low, scale, norm, out, dout):
         # x is not read: that is the point. Each block of rows is restored only after the incoming
@@ -54,8 +56,9 @@ class QuantisedMatMul(nn.Cell):
             stop = start + self.block_rows if start + self.block_rows < rows else rows
             first, last = start * columns // size, (stop * columns + size - 1) // size
             late = dout if grad_weight is None else grad_weight
-            restored = self.codec.decompress(ops.depend(packed[first:last], late), ops.depend(low[first:last], late),
-                                             ops.depend(scale[first:last], late), norm, (stop - start, columns),
+            # Sliced after `late` exists: a slice made earlier would be a second copy of its rows until then.
+            restored = self.codec.decompress(ops.depend(packed, late)[first:last], ops.depend(low, late)[first:last],
+                                             ops.depend(scale, late)[first:last], norm, (stop - start, columns),
                                              self.dtype)
             part = self.grad_weight(dout[start:stop], restored)
             grad_weight = part if grad_weight is None else grad_weight + part

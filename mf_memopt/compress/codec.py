@@ -2,8 +2,9 @@
 
 A tensor is flattened, padded to whole groups of `group_size` elements, and each group
 is stored as `bits`-bit integers with its minimum and scale (float16 each). Rounding is
-stochastic (`floor(v + u)`, u uniform in [0, 1)), so the decompressed value is an unbiased
-estimate of the original and so is the gradient computed from it. The minimum is rounded
+stochastic (`floor(v + u)`, u uniform on the 2**24 points k / 2**24 of [0, 1)), so the
+decompressed value is an unbiased estimate of the original (to 2**-24 of a level) and so is the
+gradient computed from it. The minimum is rounded
 down and the scale up before they are stored in float16, so every value stays inside
 the representable range and no clipping biases the rounding.
 """
@@ -19,6 +20,7 @@ from .codec_shape import BLOCK_ELEMENTS
 
 _F16_TINY = 6.2e-5              # smallest normal float16, relative to the tensor's largest magnitude
 _F16_MARGIN = 2.0 ** -9         # > float16 rounding error (2**-11 relative)
+_NOISE_LEVELS = 2 ** 24          # the rounding noise is uniform on k / 2**24, k = 0 .. 2**24 - 1
 
 
 class GroupCodec(nn.Cell):
@@ -32,7 +34,7 @@ class GroupCodec(nn.Cell):
         self.levels = float(2 ** bits - 1)
         self.per_byte = 8 // bits
         self.places = ms.Tensor([2 ** (bits * k) for k in range(self.per_byte)], ms.int32)
-        self.uniform = ops.UniformReal(seed=seed, seed2=seed + 1)
+        self.uniform = ops.UniformInt(seed=seed, seed2=seed + 1)
 
     def compress(self, x):
         elements = x.size
@@ -46,15 +48,15 @@ class GroupCodec(nn.Cell):
         step = BLOCK_ELEMENTS // self.group_size
         norm = ops.amax(ops.abs(grouped[0:step]), (0, 1), False)
         for start in range(step, groups, step):  # block by block: |x| of one block at a time
-            norm = ops.maximum(norm, ops.amax(ops.abs(ops.depend(grouped[start:start + step], norm)), (0, 1), False))
+            norm = ops.maximum(norm, ops.amax(ops.abs(ops.depend(grouped, norm)[start:start + step]), (0, 1), False))
         norm = ops.maximum(ops.reshape(norm, (1,)), 1e-30)
         if groups <= step:
             return self._compress_groups(grouped, norm) + (norm,)
         packs, lows, scales = [], [], []
         for start in range(0, groups, step):
-            block = grouped[start:start + step]
-            if packs:  # one block at a time: its float32 temporaries are freed before the next one starts
-                block = ops.depend(block, packs[-1])
+            # One block at a time, sliced only when the previous one is packed: a slice made earlier would
+            # hold its float32 copy until then, and its temporaries are freed before the next one starts.
+            block = (ops.depend(grouped, packs[-1]) if packs else grouped)[start:start + step]
             packed, low, scale = self._compress_groups(block, norm)
             packs.append(packed)
             lows.append(low)
@@ -70,7 +72,13 @@ class GroupCodec(nn.Cell):
         scale = ops.maximum((high - low) / self.levels * (1.0 + _F16_MARGIN) + _F16_TINY, _F16_TINY)
         scale16 = ops.cast(scale, ms.float16)
         scaled = (grouped - low * norm) / (ops.cast(scale16, ms.float32) * norm)
-        noise = self.uniform((groups, self.group_size))
+        # UniformInt takes its bounds as tensors: made from this block, they tie the draw to the block. A
+        # generator with a constant shape and no tensor input is run by the CPU runtime at the start of the step,
+        # every cell's noise of every layer at once; a shape read at run time (TensorShape) ties it too, but
+        # makes the kernel graph dynamic, and its pool peak over several steps grew by a third.
+        zero = ops.cast(low[0, 0] * 0.0, ms.int32)
+        draws = self.uniform((groups, self.group_size), zero, zero + _NOISE_LEVELS) - zero
+        noise = ops.cast(draws, ms.float32) * (1.0 / _NOISE_LEVELS)
         levels = ops.clip_by_value(ops.floor(scaled + noise), 0.0, self.levels)
         return self._pack(ops.cast(levels, ms.int32), groups), low16, scale16
 

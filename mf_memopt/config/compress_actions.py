@@ -116,7 +116,7 @@ def _add_partners(compression: Compression, actions: dict[int, CompressAction], 
             issues.append(_issue(file, action.use, f"in layer {index}, {action.path} shares its input with {path}; "
                                  "the input is freed only if every backward reader keeps a compressed copy, so "
                                  f"{path} is compressed too ({action.use.method})",
-                                 f"name both, e.g. '{compression.pair_pattern(action.name, partner)}', to silence "
+                                 f"name them all, e.g. '{compression.pair_pattern(action.name, partner)}', to silence "
                                  "this", severity="warning"))
             actions[id(cell)] = CompressAction(layer=index, path=path, use=action.use, obj=cell, parent=action.parent,
                                                name=partner, partner_of=action.path)

@@ -76,7 +76,8 @@ def compress_effect(plan: LayerPlan, effect: LayerEffect, compression: Compressi
 def _backward_extra(target: Target, use: CompressUse, model, element_bytes: int) -> int:
     """Bytes the backward of one compressed cell holds beyond what the uncompressed backward holds."""
     width = {"hidden": model.hidden, "ffn": model.ffn, "gate and up": 2 * model.ffn,
-             "queries": model.heads * model.head_dim, "query, key and value": (model.heads + 2 * model.kv_heads)
+             "queries": model.heads * model.head_dim, "key or value": model.kv_heads * model.head_dim,
+             "query, key and value": (model.heads + 2 * model.kv_heads)
              * model.head_dim}
     columns, outputs = width[target.input_width], width[target.output_width]
     rows = model.batch * model.seq

@@ -19,7 +19,8 @@ class Target:
     cell: str                       # path relative to the layer
     frees: str                      # role of the saved tensor its weight gradient reads (`estimate.inventory`)
     input_width: str                # "hidden", "ffn" or "queries" (heads x head_dim): the width of its input
-    output_width: str               # also "gate and up" (2 x ffn) or "query, key and value" (fused projections)
+    output_width: str               # also "key or value" (kv_heads x head_dim), "gate and up" (2 x ffn) or
+                                    # "query, key and value" (fused projections)
     lossless: bool = False          # its input can be rebuilt exactly from tensors the backward keeps anyway
     shares_input_with: tuple[str, ...] = ()   # cells reading the same tensor: it is freed only if all compress it
 

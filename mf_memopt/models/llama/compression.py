@@ -5,7 +5,8 @@
   factors, which the product's own backward keeps anyway; elsewhere no lossless transform saves
   memory;
 * `w1` and `w3` read the same input (ffn_norm's output), which is freed only if both keep a
-  compressed copy.
+  compressed copy; so do `wq`, `wk` and `wv` (attention_norm's output). `wo` reads the attention's
+  output (without flash attention: FlashAttention's own backward reads its output too).
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 from ...config.tree import type_name
-from ...estimate.inventory import MLP_DOWN_INPUT, MLP_INPUT
+from ...estimate.inventory import ATTENTION_INPUT, ATTENTION_OUTPUT, MLP_DOWN_INPUT, MLP_INPUT
 from ..compression import Compression, Target
 
 _MLP = "feed_forward"
 RECORDED_ATTRIBUTES = ("expert_flag", "use_gmm", "transpose_b", "ffn_concat", "use_fused_swiglu")  # read above
 _SHARED_INPUT = {"w1": ("w3",), "w3": ("w1",)}
+_ATTENTION = "attention"
+_SHARED_ATTENTION_INPUT = {"wq": ("wk", "wv"), "wk": ("wq", "wv"), "wv": ("wq", "wk")}
 
 
 def is_plain_linear(cell: Any) -> bool:
@@ -32,6 +35,11 @@ def is_llama_mlp(cell: Any) -> bool:
             and not getattr(cell, "use_fused_swiglu", True) and type_name(cell).endswith("FeedForward"))
 
 
+def is_llama_attention(cell: Any) -> bool:
+    names = {name for name, child in cell._cells.items() if child is not None}
+    return {"wq", "wk", "wv"} <= names and type_name(cell).endswith("Attention")
+
+
 class LlamaCompression(Compression):
     targets = (
         Target(cell="feed_forward.w2", frees=MLP_DOWN_INPUT, input_width="ffn", output_width="hidden", lossless=True),
@@ -39,6 +47,15 @@ class LlamaCompression(Compression):
                shares_input_with=("feed_forward.w3",)),
         Target(cell="feed_forward.w3", frees=MLP_INPUT, input_width="hidden", output_width="ffn",
                shares_input_with=("feed_forward.w1",)),
+        Target(cell="attention.wq", frees=ATTENTION_INPUT, input_width="hidden", output_width="queries",
+               shares_input_with=("attention.wk", "attention.wv")),
+        Target(cell="attention.wk", frees=ATTENTION_INPUT, input_width="hidden", output_width="key or value",
+               shares_input_with=("attention.wq", "attention.wv")),
+        Target(cell="attention.wv", frees=ATTENTION_INPUT, input_width="hidden", output_width="key or value",
+               shares_input_with=("attention.wq", "attention.wk")),
+        Target(cell="attention.w_qkv", frees=ATTENTION_INPUT, input_width="hidden",
+               output_width="query, key and value"),
+        Target(cell="attention.wo", frees=ATTENTION_OUTPUT, input_width="queries", output_width="hidden"),
     )
     example = "feed_forward\\.w2"
     cells_hint = "name Linear cells such as feed_forward\\.w2 or attention\\.wo"
@@ -54,9 +71,16 @@ class LlamaCompression(Compression):
         return path.rpartition(".")[2] == "w2" and is_llama_mlp(parent) and parent is not cell
 
     def partners(self, path: str, parent: Any) -> tuple[str, ...]:
-        return _SHARED_INPUT.get(path.rpartition(".")[2], ()) if is_llama_mlp(parent) else ()
+        name = path.rpartition(".")[2]
+        if is_llama_mlp(parent):
+            return _SHARED_INPUT.get(name, ())
+        if is_llama_attention(parent):
+            return _SHARED_ATTENTION_INPUT.get(name, ())
+        return ()
 
     def pair_pattern(self, name: str, partner: str) -> str:
+        if name in _SHARED_ATTENTION_INPUT:
+            return f"{_ATTENTION}\\.({'|'.join(sorted((name, *_SHARED_ATTENTION_INPUT[name])))})"
         first, second = sorted((name, partner))
         return f"{_MLP}\\.({first}|{second})"
 

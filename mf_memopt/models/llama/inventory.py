@@ -15,7 +15,17 @@ Two runtimes:
 
 from __future__ import annotations
 
-from ...estimate.inventory import FP32, MLP_DOWN_INPUT, MLP_INPUT, Dims, Op, Saved, dims
+from ...estimate.inventory import (
+    ATTENTION_INPUT,
+    ATTENTION_OUTPUT,
+    FP32,
+    MLP_DOWN_INPUT,
+    MLP_INPUT,
+    Dims,
+    Op,
+    Saved,
+    dims,
+)
 from ...estimate.spec import ModelSpec, ParallelSpec
 
 
@@ -29,7 +39,7 @@ def _ascend_layer(model: ModelSpec, dim: Dims) -> list[Saved]:
     c = model.compute_bytes
     saved = [
         Saved(path="attention_norm.norm", what="normalised input of wq/wk/wv", nbytes=c * dim.bsh,
-              output_of="attention_norm"),
+              output_of="attention_norm", role=ATTENTION_INPUT),
         Saved(path="attention_norm.norm", what="rstd (fp32, per token)", nbytes=FP32 * dim.bs),
         Saved(path="attention.apply_rotary_emb.add", what="q and k after RoPE", nbytes=c * (dim.q + dim.kv)),
         Saved(path="attention.wv.matmul", what="v", nbytes=c * dim.kv),
@@ -47,7 +57,7 @@ def _ascend_layer(model: ModelSpec, dim: Dims) -> list[Saved]:
             saved.append(Saved(path="attention.cast", what="attention probabilities cast to compute_dtype (for the "
                                "BatchMatMul)", nbytes=c * dim.scores))
         saved.append(Saved(path="attention.merger_head_transpose", what="attention output (input of wo)",
-                           nbytes=c * dim.q))
+                           nbytes=c * dim.q, role=ATTENTION_OUTPUT))
         if groups > 1:
             saved.append(Saved(path="attention.tile_kv", what="k and v repeated to every head",
                                nbytes=c * 2 * (dim.q - dim.kv)))
@@ -104,7 +114,7 @@ def _cpu_layer(model: ModelSpec, dim: Dims) -> list[Saved]:
                            + (_copy(wide) if wide else " (cast to compute_dtype)"),
                            nbytes=matmul_in * dim.scores))
     saved.append(Saved(path="attention.merger_head_transpose", what="attention output (input of wo)" + _copy(wide),
-                       nbytes=matmul_in * dim.q))
+                       nbytes=matmul_in * dim.q, role=ATTENTION_OUTPUT))
     if not model.norm_cast:
         saved.append(Saved(path="add", what="residual after attention (input of ffn_norm)", nbytes=c * dim.bsh))
     saved += _cpu_norm(model, dim, "ffn_norm", ("w1", "w3"))
@@ -146,7 +156,7 @@ def _cpu_norm(model: ModelSpec, dim: Dims, cell: str, linears: tuple[str, ...]) 
     if model.norm_cast:
         saved.append(Saved(path=f"{cell}.cast", what="input cast to layernorm_compute_type", nbytes=norm * dim.bsh))
     consumers = "/".join(linears)
-    role = MLP_INPUT if cell == "ffn_norm" else None
+    role = MLP_INPUT if cell == "ffn_norm" else ATTENTION_INPUT
     normalised = (Saved(path=f"{cell}.mul2", what=f"normalised input of {consumers}, one float32 copy for each "
                         "Linear's backward", nbytes=FP32 * len(linears) * dim.bsh, rebuilt_nbytes=c * dim.bsh,
                         read_by=f"{'attention' if cell == 'attention_norm' else 'feed_forward'}.{linears[0]}.matmul",
