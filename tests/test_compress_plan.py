@@ -153,16 +153,18 @@ def _estimate_with(tmp_path, section):
 
 
 @pytest.mark.parametrize("method", ["int8", "int2", "lossless"])
-def test_estimate_keeps_the_stored_bytes_of_the_w2_input(tmp_path, method):
+def test_estimate_keeps_the_stored_bytes_of_the_w2_input_and_rebuilds_the_gate(tmp_path, method):
     base = _estimate_with(tmp_path, None)
     squeezed = _estimate_with(tmp_path, {"compress": True, "op_compress": [
         {"op_name": "feed_forward\\.w2", "method": method, "layers": True}]})
     elements = 2 * 256 * 688          # batch * seq * ffn of the tiny Llama: the input of w2
+    # w2's input shrinks to its stored bytes; SiLU's output and the early sigmoid are rebuilt in the backward
     for before, after in zip(base.layers, squeezed.layers):
-        assert before.effect.bytes() - after.effect.bytes() == 4 * elements - stored_bytes(method, elements)
-    # the backward holds more for a moment: a restored block of rows (or, lossless, the rebuilt input)
+        assert before.effect.bytes() - after.effect.bytes() == 3 * 4 * elements - stored_bytes(method, elements)
+    # the backward holds more for a moment: the rebuilt gate, and a restored block of rows (lossless: the
+    # rebuilt input)
     assert [layer.effect.backward_extra for layer in squeezed.layers] == [
-        4 * elements if method == "lossless" else 12 * 368 * 688 + 2 * 4 * 688 * 256] * 4
+        4 * elements + (4 * elements if method == "lossless" else 12 * 368 * 688 + 2 * 4 * 688 * 256)] * 4
 
 
 def test_estimate_orders_the_methods_by_their_bits(tmp_path):
@@ -176,8 +178,10 @@ def test_float16_compute_on_cpu_counts_the_compression(tmp_path):
     """With float16 compute the CPU inventory keeps float32 copies of the matmul inputs under other display names;
     compression finds the tensors it frees by their role, so it is counted there too. Measured with
     `python -m mf_memopt estimate --runtime cpu --measure --exact` on configs/compress_int8_mlp.yaml with only
-    compute_dtype: float16: 73.481 MiB compressed, 76.910 MiB with compress: False (the estimate had been 80.5 MiB
-    compressed, above the uncompressed 76.8)."""
+    compute_dtype: float16: 67.150 MiB compressed (73.481 before the gate rebuild and the codec's scheduling),
+    76.910 MiB with compress: False (the estimate had once been 80.5 MiB compressed, above the uncompressed 76.8).
+    The compressed estimate, 68.8 MiB, is 2.4% high: its peak is the last layer's backward, the measured one the
+    last layer's compression in the forward pass."""
     data = yaml.safe_load(open("configs/compress_int8_mlp.yaml"))
     data["model"]["model_config"]["compute_dtype"] = "float16"
     peaks = {}
@@ -187,7 +191,7 @@ def test_float16_compute_on_cpu_counts_the_compression(tmp_path):
         path.write_text(yaml.safe_dump(data))
         peaks[on] = estimate_config(path, runtime="cpu").stages[0].peak.peak / 2**20
     assert peaks[True] < peaks[False]
-    assert abs(peaks[True] / 73.481 - 1) < 0.02 and abs(peaks[False] / 76.910 - 1) < 0.02
+    assert abs(peaks[True] / 67.150 - 1) < 0.03 and abs(peaks[False] / 76.910 - 1) < 0.02
 
 
 def test_shipped_compress_configs_load():

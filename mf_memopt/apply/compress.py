@@ -10,7 +10,7 @@ from . import cells
 
 
 def install(actions: list[CompressAction], compression: Compression) -> None:
-    """Replace the cells (quantised ones first: a lossless parent adopts its children as they are then)."""
+    """Replace the cells (quantised ones first: a lossless or gated parent adopts its children as they are then)."""
     if not actions:
         return
     from ..compress.codec import GroupCodec
@@ -22,6 +22,12 @@ def install(actions: list[CompressAction], compression: Compression) -> None:
         codec = GroupCodec(bits, action.use.group_size, seed=_seed(action))
         action.replacement = compression.quantised_cell(action.obj, codec, action.use.method)
         action.parent.insert_child_to_cell(action.name, action.replacement)
+    for action in actions:
+        if action.use.method != "lossless" and action.grandparent is not None:
+            mlp = compression.gated_mlp(action.path, action.parent)
+            if mlp is not None:
+                owner, name = action.grandparent
+                owner.insert_child_to_cell(name, mlp)
     for action in actions:
         if action.use.method == "lossless":
             owner, name = action.grandparent

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from mindspore import nn, ops
 from mindspore.ops import operations as P
+from mindspore.ops.auto_generate import SiLUGrad
 
 from .codec import GroupCodec
 from .codec_shape import restore_block_rows
@@ -66,28 +67,56 @@ class QuantisedMatMul(nn.Cell):
                 ops.zeros_like(scale), ops.zeros_like(norm))
 
 
-class DerivedInputMatMul(nn.Cell):
-    """y = (a * b) @ w.T where the backward rebuilds a * b from a and b, which it keeps anyway.
+class GatedDownMatMul(nn.Cell):
+    """y = (up * SiLU(pre)) @ w.T whose backward keeps only `pre` and `up` and rebuilds the rest.
 
-    The product's own gradient needs a and b, so keeping them costs nothing extra; the
-    product itself (the matmul's input) is not kept. Same operators as the autodiff
-    gradients of Mul and MatMul: losses and gradients are bit-identical.
+    The gate's own gradient needs `pre` (SiLU's input) and the product's needs `up`, so keeping
+    them costs nothing extra. SiLU's output and the product (the matmul's input) are rebuilt after
+    the incoming gradient exists, by the same primitives; SiLU's gradient is the SiLUGrad primitive
+    autodiff uses, also run only then (scheduled by itself, its sigmoid ran in the forward pass).
+    Losses and gradients are bit-identical to autodiff's.
     """
 
-    def __init__(self, mul, dtype):
+    def __init__(self, silu, mul, dtype):
         super().__init__()
-        self.mul, self.dtype = mul, dtype
+        self.silu, self.mul, self.dtype = silu, mul, dtype
+        self.silu_grad = SiLUGrad()
         self.cast = P.Cast()
         self.matmul = P.MatMul(transpose_b=True)
         self.grad_input = P.MatMul()
         self.grad_weight = P.MatMul(transpose_a=True)
 
-    def construct(self, a, b, weight):
-        return self.matmul(self.cast(self.mul(a, b), self.dtype), weight)
+    def construct(self, pre, up, weight):
+        return self.matmul(self.cast(self.mul(up, self.silu(pre)), self.dtype), weight)
 
-    def bprop(self, a, b, weight, out, dout):
-        a_late = ops.depend(a, dout)
-        b_late = ops.depend(b, dout)
-        product = self.cast(self.mul(a_late, b_late), self.dtype)
-        grad_product = ops.cast(self.grad_input(dout, weight), ops.dtype(a))
-        return grad_product * b, grad_product * a, self.grad_weight(dout, product)
+    def bprop(self, pre, up, weight, out, dout):
+        pre_late, up_late = ops.depend(pre, dout), ops.depend(up, dout)
+        gate = self.silu(pre_late)
+        product = self.cast(self.mul(up_late, gate), self.dtype)
+        grad_weight = self.grad_weight(dout, product)
+        grad_product = ops.cast(self.grad_input(dout, weight), ops.dtype(up))
+        grad_up = grad_product * gate
+        return _late_silu_grad(self.silu_grad, grad_product, up_late, pre_late, grad_up), grad_up, grad_weight
+
+
+class GatedProduct(nn.Cell):
+    """up * SiLU(pre) whose backward keeps only `pre` and `up`, as `GatedDownMatMul` does (without the matmul)."""
+
+    def __init__(self, silu, mul):
+        super().__init__()
+        self.silu, self.mul = silu, mul
+        self.silu_grad = SiLUGrad()
+
+    def construct(self, pre, up):
+        return self.mul(up, self.silu(pre))
+
+    def bprop(self, pre, up, out, dout):
+        pre_late, up_late = ops.depend(pre, dout), ops.depend(up, dout)
+        grad_up = dout * self.silu(pre_late)
+        return _late_silu_grad(self.silu_grad, dout, up_late, pre_late, grad_up), grad_up
+
+
+def _late_silu_grad(silu_grad, grad_product, up, pre, grad_up):
+    """SiLU's gradient, started only once `grad_up` exists: the rebuilt gate is freed by then, so the gate and
+    SiLUGrad's own temporaries are never alive together."""
+    return silu_grad(ops.depend(grad_product, grad_up) * up, ops.depend(pre, grad_up))

@@ -48,7 +48,10 @@ def compress_effect(plan: LayerPlan, effect: LayerEffect, compression: Compressi
         return effect
     by_cell = _cells(plan.op_compress, compression)
     tensors, notes, work = [], list(effect.notes), 0
+    rebuilt = {role: target for target in compression.targets if target.cell in by_cell for role in target.also_frees}
     for item in effect.tensors:
+        if item.fate == "kept" and item.saved.role in rebuilt:
+            continue    # rebuilt in the backward by the cells that replace the MLP
         users = [target for target in compression.targets
                  if item.saved.role is not None and target.frees == item.saved.role and target.cell in by_cell]
         if not users or item.fate != "kept":
@@ -81,11 +84,12 @@ def _backward_extra(target: Target, use: CompressUse, model, element_bytes: int)
              * model.head_dim}
     columns, outputs = width[target.input_width], width[target.output_width]
     rows = model.batch * model.seq
+    gate = model.compute_bytes * rows * columns if target.also_frees else 0     # the rebuilt gate (compute dtype)
     if use.method == "lossless":
-        return element_bytes * rows * columns if target.lossless else 0
+        return element_bytes * rows * columns + gate if target.lossless else 0
     block = min(rows, restore_block_rows(columns, use.group_size)) * columns
     partials = 2 * FP32 * columns * outputs if block < rows * columns else 0
-    return RESTORE_BYTES_PER_ELEMENT * block + partials
+    return RESTORE_BYTES_PER_ELEMENT * block + partials + gate
 
 
 def _cells(uses: tuple[CompressUse, ...], compression: Compression) -> dict[str, CompressUse]:

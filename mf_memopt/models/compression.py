@@ -23,6 +23,8 @@ class Target:
                                     # "query, key and value" (fused projections)
     lossless: bool = False          # its input can be rebuilt exactly from tensors the backward keeps anyway
     shares_input_with: tuple[str, ...] = ()   # cells reading the same tensor: it is freed only if all compress it
+    also_frees: tuple[str, ...] = ()   # roles of tensors the family's rebuild around this cell keeps no more (any
+                                       # method): they are rebuilt in the backward instead
 
 
 class Compression:
@@ -58,3 +60,8 @@ class Compression:
 
     def lossless_cell(self, parent: Any) -> Any:
         raise NotImplementedError
+
+    def gated_mlp(self, path: str, parent: Any) -> Any | None:
+        """The MLP `parent` rebuilt around its compressed down projection at `path` so that it keeps only what its
+        backward cannot rebuild exactly (None: the family has no such rebuild, or not for this cell)."""
+        return None

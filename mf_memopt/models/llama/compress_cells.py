@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from mindspore import nn, ops
 
-from ...compress.cells import DerivedInputMatMul, QuantisedMatMul
+from ...compress.cells import GatedDownMatMul, GatedProduct, QuantisedMatMul
 from ...compress.codec import GroupCodec
 
 
@@ -49,10 +49,9 @@ class CompressedLinear(nn.Cell):
 
 
 class LosslessFeedForward(nn.Cell):
-    """MindFormers' `LlamaFeedForward` (w1, w3, w2, no concat, no fused SwiGLU) whose w2 keeps no input.
-
-    w2 reads `w3(x) * w1(x)`, and the backward of that product keeps both factors; the
-    product is rebuilt from them in w2's backward instead of being kept.
+    """MindFormers' `LlamaFeedForward` (w1, w3, w2, no concat, no fused SwiGLU) that keeps only w1's
+    pre-activation and w3's output: w2's input, SiLU's output and SiLU's gradient are rebuilt from them
+    in the backward (`GatedDownMatMul`). w1 runs without its activation, which the rebuild applies.
     """
 
     def __init__(self, feed_forward):
@@ -60,17 +59,36 @@ class LosslessFeedForward(nn.Cell):
         self.dtype = feed_forward.dtype
         self.cast, self.mul, self.reshape = feed_forward.cast, feed_forward.mul, feed_forward.reshape
         self.w1, self.w2, self.w3 = feed_forward.w1, feed_forward.w2, feed_forward.w3
-        self.w2_lossless = DerivedInputMatMul(feed_forward.mul, feed_forward.w2.dtype)
+        self.w1.activation_flag = False
+        self.w2_lossless = GatedDownMatMul(feed_forward.w1.activation.silu, feed_forward.mul, feed_forward.w2.dtype)
         self.in_channels, self.out_channels = feed_forward.w2.in_channels, feed_forward.w2.out_channels
 
     def construct(self, x):
         x = self.cast(x, self.dtype)
-        gate = self.w1(x)
+        pre = self.w1(x)
         hidden = self.w3(x)
         out_shape = ops.shape(hidden)[:-1] + (self.out_channels,)
         hidden = self.reshape(hidden, (-1, self.in_channels))
-        gate = self.reshape(gate, (-1, self.in_channels))
+        pre = self.reshape(pre, (-1, self.in_channels))
         weight = self.w2.cast(self.w2.weight, self.w2.dtype)
-        output = self.w2_lossless(hidden, gate, weight)
+        output = self.w2_lossless(pre, hidden, weight)
         output = ops.cast(output, ops.dtype(hidden))
         return self.reshape(output, out_shape)
+
+
+class GatedFeedForward(nn.Cell):
+    """MindFormers' `LlamaFeedForward` whose w2 keeps its input compressed: the MLP then keeps only w1's
+    pre-activation and w3's output, and SiLU's output and gradient are rebuilt in the backward
+    (`GatedProduct`). w1 runs without its activation, which `GatedProduct` applies.
+    """
+
+    def __init__(self, feed_forward):
+        super().__init__(auto_prefix=False)
+        self.dtype, self.cast, self.mul = feed_forward.dtype, feed_forward.cast, feed_forward.mul
+        self.w1, self.w2, self.w3 = feed_forward.w1, feed_forward.w2, feed_forward.w3
+        self.w1.activation_flag = False
+        self.gated = GatedProduct(feed_forward.w1.activation.silu, feed_forward.mul)
+
+    def construct(self, x):
+        x = self.cast(x, self.dtype)
+        return self.w2(self.gated(self.w1(x), self.w3(x)))

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...config.tree import type_name
-from ...estimate.inventory import ATTENTION_INPUT, ATTENTION_OUTPUT, MLP_DOWN_INPUT, MLP_INPUT
+from ...config.tree import children, primitives, type_name
+from ...estimate.inventory import ATTENTION_INPUT, ATTENTION_OUTPUT, MLP_DOWN_INPUT, MLP_GATE, MLP_GATE_EARLY, MLP_INPUT
 from ..compression import Compression, Target
 
 _MLP = "feed_forward"
@@ -35,6 +35,17 @@ def is_llama_mlp(cell: Any) -> bool:
             and not getattr(cell, "use_fused_swiglu", True) and type_name(cell).endswith("FeedForward"))
 
 
+def gates_with_silu(mlp: Any) -> bool:
+    """A Llama MLP whose w1 applies MindFormers' SiLU primitive (`LlamaSiLU`) inside the Linear: the gate the
+    rebuilds apply themselves. Read through the cell tree, so a recorded layer answers as the built one does."""
+    w1 = dict(children(mlp)).get("w1")
+    activation = dict(children(w1)).get("activation") if w1 is not None else None
+    if activation is None or type_name(activation) != "LlamaSiLU" or not getattr(w1, "activation_flag", True):
+        return False
+    return (type_name(dict(primitives(activation)).get("silu")) == "SiLU"
+            and not getattr(activation, "self_define", False))
+
+
 def is_llama_attention(cell: Any) -> bool:
     names = {name for name, child in cell._cells.items() if child is not None}
     return {"wq", "wk", "wv"} <= names and type_name(cell).endswith("Attention")
@@ -42,7 +53,8 @@ def is_llama_attention(cell: Any) -> bool:
 
 class LlamaCompression(Compression):
     targets = (
-        Target(cell="feed_forward.w2", frees=MLP_DOWN_INPUT, input_width="ffn", output_width="hidden", lossless=True),
+        Target(cell="feed_forward.w2", frees=MLP_DOWN_INPUT, input_width="ffn", output_width="hidden", lossless=True,
+               also_frees=(MLP_GATE, MLP_GATE_EARLY)),
         Target(cell="feed_forward.w1", frees=MLP_INPUT, input_width="hidden", output_width="ffn",
                shares_input_with=("feed_forward.w3",)),
         Target(cell="feed_forward.w3", frees=MLP_INPUT, input_width="hidden", output_width="ffn",
@@ -68,7 +80,15 @@ class LlamaCompression(Compression):
         return is_plain_linear(cell)
 
     def lossless_ok(self, path: str, cell: Any, parent: Any) -> bool:
-        return path.rpartition(".")[2] == "w2" and is_llama_mlp(parent) and parent is not cell
+        return (path.rpartition(".")[2] == "w2" and parent is not cell and is_llama_mlp(parent)
+                and gates_with_silu(parent))
+
+    def gated_mlp(self, path: str, parent: Any) -> Any | None:
+        if path.rpartition(".")[2] != "w2" or not is_llama_mlp(parent) or not gates_with_silu(parent):
+            return None
+        from .compress_cells import GatedFeedForward
+
+        return GatedFeedForward(parent)
 
     def partners(self, path: str, parent: Any) -> tuple[str, ...]:
         name = path.rpartition(".")[2]
