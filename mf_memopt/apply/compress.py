@@ -9,10 +9,11 @@ from ..models.compression import Compression
 from . import cells
 
 
-def install(actions: list[CompressAction], compression: Compression) -> None:
+def install(actions: list[CompressAction], compression: Compression,
+            recomputed: dict[int, set[str]] | None = None) -> list[str]:
     """Replace the cells (quantised ones first: a lossless or gated parent adopts its children as they are then)."""
     if not actions:
-        return
+        return []
     from ..compress.codec import GroupCodec
 
     for action in actions:
@@ -22,12 +23,20 @@ def install(actions: list[CompressAction], compression: Compression) -> None:
         codec = GroupCodec(bits, action.use.group_size, seed=_seed(action))
         action.replacement = compression.quantised_cell(action.obj, codec, action.use.method)
         action.parent.insert_child_to_cell(action.name, action.replacement)
+    notes = []
     for action in actions:
-        if action.use.method != "lossless" and action.grandparent is not None:
-            mlp = compression.gated_mlp(action.path, action.parent)
-            if mlp is not None:
-                owner, name = action.grandparent
-                owner.insert_child_to_cell(name, mlp)
+        if action.use.method == "lossless":
+            continue
+        if _recomputes(recomputed or {}, action.layer, compression.gate_cell):
+            if compression.rebuilds_gate(action.path, action.parent):
+                notes.append(f"layer {action.layer}: {compression.gate_cell} is recomputed, so the MLP keeps its gate "
+                             f"as autodiff does; only {action.path}'s input is compressed")
+            continue
+        rebuild = compression.gate_rebuild(action.path, action.parent, action.grandparent)
+        if rebuild is not None:
+            owner, name, cell = rebuild
+            owner.insert_child_to_cell(name, cell)
+            action.gate_rebuilt = True
     for action in actions:
         if action.use.method == "lossless":
             owner, name = action.grandparent
@@ -37,6 +46,11 @@ def install(actions: list[CompressAction], compression: Compression) -> None:
         if action.use.offload is not None:
             for _, prim, _ in cells.walk_primitives(action.replacement):
                 cells.offload_primitive(prim, action.use.offload)
+    return notes
+
+
+def _recomputes(recomputed: dict[int, set[str]], layer: int, cell: str) -> bool:
+    return bool(cell) and any(path == cell or path.startswith(f"{cell}.") for path in recomputed.get(layer, ()))
 
 
 def _seed(action: CompressAction) -> int:

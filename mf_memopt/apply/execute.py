@@ -80,7 +80,9 @@ def apply_plan(plan: Plan, model_or_layers: Any, *, device_target: str | None = 
     preset = tuple(mark for index, layer in enumerate(layers) for mark in _preset(index, layer))
     preset += tuple({**mark, "path": f"mtp.layers.{index}.{mark['path']}"} for index, follower in enumerate(followers)
                     for mark in _preset(plan.layers[-1].layer, follower))
-    install([action for actions in compressed for action in actions], compression)
+    recomputed = {actions.layer: {action.path for action in actions.recompute} for actions in per_layer}
+    notes = install([action for actions in compressed for action in actions], compression, recomputed)
+    lines += _log([f"op_compress: {note}" for note in notes], logging.WARNING)
     for actions, compress in zip(per_layer, compressed):
         _execute(actions)
         lines += _log(layer_lines(actions) + [line for line in [compress_line(actions.layer, compress)] if line])

@@ -87,14 +87,17 @@ class GatedDownMatMul(nn.Cell):
         self.grad_weight = P.MatMul(transpose_a=True)
 
     def construct(self, pre, up, weight):
-        return self.matmul(self.cast(self.mul(up, self.silu(pre)), self.dtype), weight)
+        product = self.cast(self.mul(up, self.silu(pre)), self.dtype)
+        rows = ops.reshape(product, (-1, product.shape[-1]))
+        return ops.reshape(self.matmul(rows, weight), product.shape[:-1] + (weight.shape[0],))
 
     def bprop(self, pre, up, weight, out, dout):
         pre_late, up_late = ops.depend(pre, dout), ops.depend(up, dout)
         gate = self.silu(pre_late)
         product = self.cast(self.mul(up_late, gate), self.dtype)
-        grad_weight = self.grad_weight(dout, product)
-        grad_product = ops.cast(self.grad_input(dout, weight), ops.dtype(up))
+        rows = ops.reshape(dout, (-1, dout.shape[-1]))
+        grad_weight = self.grad_weight(rows, ops.reshape(product, (-1, product.shape[-1])))
+        grad_product = ops.reshape(ops.cast(self.grad_input(rows, weight), ops.dtype(up)), up.shape)
         grad_up = grad_product * gate
         return _late_silu_grad(self.silu_grad, grad_product, up_late, pre_late, grad_up), grad_up, grad_weight
 

@@ -37,6 +37,7 @@ class CompressAction:
     name: str = ""
     partner_of: str | None = None  # set when added by the partial-user rule
     replacement: Any = field(default=None, repr=False)
+    gate_rebuilt: bool = False     # the MLP around it keeps only what its backward cannot rebuild (`apply.compress`)
     grandparent: tuple[Any, str] | None = field(default=None, repr=False)   # (cell holding parent, its name)
 
     def to_dict(self) -> dict:
@@ -49,6 +50,8 @@ class CompressAction:
             result["offload"] = self.use.offload
         if self.partner_of:
             result["added_because_it_shares_its_input_with"] = self.partner_of
+        if self.gate_rebuilt:
+            result["gate_rebuilt"] = True
         return result
 
 

@@ -35,6 +35,7 @@ class Compression:
     cells_hint: str = ""            # which cells op_compress names in this family
     lossless_note: str = ""         # why lossless does not apply to {path}
     scopes: dict[str, str] = {}     # replacement class name -> its custom-bprop cell's path ({path}, {parent})
+    gate_cell: str = ""             # the activation a gate rebuild bypasses: left alone when the plan recomputes it
 
     def target(self, path: str) -> Target | None:
         return next((target for target in self.targets if target.cell == path), None)
@@ -61,7 +62,12 @@ class Compression:
     def lossless_cell(self, parent: Any) -> Any:
         raise NotImplementedError
 
-    def gated_mlp(self, path: str, parent: Any) -> Any | None:
-        """The MLP `parent` rebuilt around its compressed down projection at `path` so that it keeps only what its
-        backward cannot rebuild exactly (None: the family has no such rebuild, or not for this cell)."""
+    def rebuilds_gate(self, path: str, parent: Any) -> bool:
+        """Whether compressing the cell at `path`, a child of `parent`, makes the family rebuild the MLP's gate."""
+        return False
+
+    def gate_rebuild(self, path: str, parent: Any, grandparent: tuple[Any, str] | None) -> tuple[Any, str, Any] | None:
+        """Where to insert which cell so that the MLP around the compressed down projection at `path` (a child of
+        `parent`) keeps only what its backward cannot rebuild exactly: (owner, child name, new cell), or None when
+        the family has no such rebuild, or not for this cell. Building the cell commits to it."""
         return None

@@ -75,6 +75,7 @@ class LlamaCompression(Compression):
                      "is the product of two tensors the backward keeps anyway, which is true of feed_forward.w2 of a "
                      "Llama MLP alone (see docs/compression.md); it is left uncompressed")
     scopes = {"CompressedLinear": "{path}.compressed_matmul", "LosslessFeedForward": "{parent}.w2_lossless"}
+    gate_cell = "feed_forward.w1.activation"
 
     def quantisable(self, cell: Any) -> bool:
         return is_plain_linear(cell)
@@ -83,12 +84,16 @@ class LlamaCompression(Compression):
         return (path.rpartition(".")[2] == "w2" and parent is not cell and is_llama_mlp(parent)
                 and gates_with_silu(parent))
 
-    def gated_mlp(self, path: str, parent: Any) -> Any | None:
-        if path.rpartition(".")[2] != "w2" or not is_llama_mlp(parent) or not gates_with_silu(parent):
+    def rebuilds_gate(self, path: str, parent: Any) -> bool:
+        return path.rpartition(".")[2] == "w2" and is_llama_mlp(parent) and gates_with_silu(parent)
+
+    def gate_rebuild(self, path: str, parent: Any, grandparent: tuple[Any, str] | None) -> tuple[Any, str, Any] | None:
+        if grandparent is None or not self.rebuilds_gate(path, parent):
             return None
         from .compress_cells import GatedFeedForward
 
-        return GatedFeedForward(parent)
+        owner, name = grandparent
+        return owner, name, GatedFeedForward(parent)
 
     def partners(self, path: str, parent: Any) -> tuple[str, ...]:
         name = path.rpartition(".")[2]

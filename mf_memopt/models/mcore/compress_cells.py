@@ -5,13 +5,16 @@ parameter names (and thus checkpoints) are unchanged and every pattern that matc
 still matches. It returns `(output, bias)` as the original does, computing `x @ W.T` (+ bias) in the
 compute dtype; the matmul runs in `QuantisedMatMul` instead of MindFormers' `Morph`, whose backward
 would read the full input.
+
+`GatedSwiGlu` takes the place of an MLP's `SwiGlu` when its `linear_fc2` is compressed: the MLP then
+keeps only the gate and up halves, and SiLU's output and gradient are rebuilt in the backward.
 """
 
 from __future__ import annotations
 
 from mindspore import nn, ops
 
-from ...compress.cells import QuantisedMatMul
+from ...compress.cells import GatedProduct, QuantisedMatMul
 from ...compress.codec import GroupCodec
 
 
@@ -49,3 +52,19 @@ class CompressedParallelLinear(nn.Cell):
             bias = None
         x = self.cast(x, ori_dtype)
         return self.unflatten(x, out_shape), bias
+
+
+class GatedSwiGlu(nn.Cell):
+    """MindFormers' `SwiGlu` (split, SiLU, mul) whose backward keeps only the two halves of its input
+    (`GatedProduct`): SiLU's output and its gradient's sigmoid are rebuilt after the incoming gradient,
+    by the same primitives, so losses and gradients are bit-identical."""
+
+    def __init__(self, swiglu):
+        super().__init__(auto_prefix=False)
+        self.split, self.silu, self.mul = swiglu.split, swiglu.silu, swiglu.mul
+        self.gated = GatedProduct(swiglu.silu, swiglu.mul)
+
+    def construct(self, x):
+        half = x.shape[-1] // 2
+        gate, up = self.split(x, (half, half), -1)
+        return self.gated(gate, up)

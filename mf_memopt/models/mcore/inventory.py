@@ -26,6 +26,8 @@ from ...estimate.inventory import (
     ATTENTION_OUTPUT,
     FP32,
     MLP_DOWN_INPUT,
+    MLP_GATE,
+    MLP_GATE_EARLY,
     MLP_INPUT,
     Dims,
     Op,
@@ -239,11 +241,12 @@ def _cpu_mlp(activation: str, bsf: int, *, mul: str | None = None, role: str | N
     """A dense gated MLP on CPU: the fused gate and up, the SiLU output and its early sigmoid, the gated product.
     `activation` holds split, silu and mul (SwiGlu), or, with `mul`, silu alone (the MLP splits and multiplies)."""
     split, mul = (f"{activation}.split", f"{activation}.mul") if mul is None else (f"{mul[:-len('mul')]}split", mul)
+    gate, early = (MLP_GATE, MLP_GATE_EARLY) if role == MLP_DOWN_INPUT else (None, None)   # compressible MLPs only
     return [
         Saved(path=split, what="gate and up (float32)", nbytes=FP32 * 2 * bsf),
-        Saved(path=f"{activation}.silu", what="SiLU output (x * sigmoid(x))", nbytes=FP32 * bsf),
+        Saved(path=f"{activation}.silu", what="SiLU output (x * sigmoid(x))", nbytes=FP32 * bsf, role=gate),
         Saved(path=f"{activation}.silu", what="sigmoid(x) of the SiLU backward, run early", nbytes=FP32 * bsf,
-              cpu_only=True),
+              cpu_only=True, role=early),
         Saved(path=mul, what="SiLU(gate) * up (float32), input of linear_fc2", nbytes=FP32 * bsf, role=role),
     ]
 
