@@ -131,6 +131,24 @@ def test_the_attention_projections_share_their_input_and_are_compressed_together
                                             "method=int4, attention.wq, method=int4, attention.wv, method=int4")
 
 
+def test_a_compressed_w2_rebuilds_the_gate_unless_the_plan_recomputes_the_activation(tmp_path):
+    from mf_memopt.runtime.session import prepare
+
+    path = _config(tmp_path, "gate", {"op_compress": [{"op_name": W2, "method": "int4", "layers": True}]})
+    data = yaml.safe_load(path.read_text())
+    data["recompute_config"]["select_recompute"] = {"feed_forward\\.w1\\.activation": [1]}   # the first layer
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    session = prepare(path)
+    layers = session.network.model.layers
+    assert type(layers[0].feed_forward).__name__ == "LlamaFeedForward"           # the activation is recomputed
+    assert type(layers[0].feed_forward.w2).__name__ == "CompressedLinear"
+    assert type(layers[1].feed_forward).__name__ == "GatedFeedForward"           # keeps w1's pre-activation only
+    assert [line for line in session.report.log_lines if line.startswith("op_compress:")] == [
+        "op_compress: layer 0: feed_forward.w1.activation is recomputed, so the MLP keeps its gate as autodiff "
+        "does; only feed_forward.w2's input is compressed"]
+    assert [entry.get("gate_rebuilt", False) for entry in session.report.to_dict()["compressed"]] == [False, True]
+
+
 def test_a_cell_that_cannot_be_compressed_is_an_error_and_nothing_is_replaced(tmp_path):
     from mf_memopt import ConfigError, apply_plan, load_plan
     from mf_memopt.models.llama import LLAMA
