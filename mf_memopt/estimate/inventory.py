@@ -19,7 +19,7 @@ MLP_INPUT = "mlp input"                 # the normalised input of the MLP's gate
 MLP_DOWN_INPUT = "mlp down input"       # the gated product, the input of the MLP's down projection
 ATTENTION_INPUT = "attention input"     # the normalised input of the attention's query/key/value projection
 ATTENTION_OUTPUT = "attention output"   # the attention's output, the input of its output projection
-MLP_GATE = "mlp gate"                   # the gate's activation output (SiLU(w1 x)), a factor of the gated product
+MLP_GATE = "mlp gate"                   # the gate projection's activation output, a factor of the gated product
 MLP_GATE_EARLY = "mlp gate early"       # the activation backward's sigmoid, computed in the forward pass (CPU)
 ROLES = (MLP_INPUT, MLP_DOWN_INPUT, ATTENTION_INPUT, ATTENTION_OUTPUT, MLP_GATE, MLP_GATE_EARLY)
 
