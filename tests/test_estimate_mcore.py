@@ -23,8 +23,6 @@ from mf_memopt.estimate import estimate_config
 KNOWN = {
     "c06": "over by 6.1% in the backward of the last layer of a float16 model with its MLP recomputed",
     "d14": "under by 5.5% on a 3 MiB model (TeleChat3, hidden 64, full recompute): small tensors the model omits",
-    "e13": "over by 14.9%: the peak is the first layer's recomputed attention in the forward with every weight "
-           "copy made, below the attention backward the estimate puts it at",
 }
 SETS = ("sweep", *FRESH_SETS)
 CASES = [pytest.param(which, config, id=f"{which}-{config.name}",

@@ -169,6 +169,11 @@ class WeightCopies:
     backward: tuple[int, ...]    # per decoder layer: held until that layer's backward
     lm_head: int                 # held until the start of the backward
     late: tuple[int, ...] = ()   # per decoder layer: made during its backward (recomputed casts), one at a time
+    # the same per decoder layer and matmul path (a float32 model's TensorMove of the whole layer is in `backward`
+    # only): a family that knows which matmuls have read their copies at one of its moments subtracts them
+    forward_by_path: tuple[dict[str, int], ...] = ()
+    backward_by_path: tuple[dict[str, int], ...] = ()
+    late_by_path: tuple[dict[str, int], ...] = ()
 
     @property
     def backward_total(self) -> int:
@@ -180,34 +185,42 @@ def weight_copies(model: ModelSpec, effects: list[LayerEffect], sizes: Callable[
     """The copies of every Linear weight (`sizes(index)`: the matmul paths of the step's layer `index` -> their
     weights' elements) and of the lm_head; `rerun` says whether a layer's backward runs a matmul again."""
     forward, backward, late = 0, [], []
+    forward_by_path, backward_by_path, late_by_path = [], [], []
     units = model.unit_params(len(effects))
     for index, effect in enumerate(effects):
-        held = made = 0
+        read, kept, rebuilt = {}, {}, {}
         for path, size in sizes(index).items():
             again = rerun(path, effect)
             # the model's own weight cast is inside the Linear: a recompute scope holding the Linear
             # casts the weight again for the backward even where the matmul is not run again
             recast = model.weight_cast and (again or path in effect.recompute_scoped)
             to_forward, to_backward = copy_bytes(model, again or recast)
-            forward += to_forward * size
-            held += to_backward * size
+            read[path] = to_forward * size
+            kept[path] = to_backward * size
+            rebuilt[path] = 0
             if recast:
                 # the recompute casts the parameter again, after the optimizer may have assigned it:
                 # the runtime keeps a copy (TensorMove) from the start (traces of m02, p5, q05, s19,
                 # t13); a matmul run again holds its new cast through the layer's backward; the MLP's down
                 # projection's and the attention's output projection's is read by their one backward matmul and freed
-                held += model.param_bytes * size
-                made += FP32 * size if again else 0
+                kept[path] += model.param_bytes * size
+                rebuilt[path] = FP32 * size if again else 0
+        forward += sum(read.values())
+        held = sum(kept.values())
         if float32_model(model):
             held += FP32 * units[index]
         backward.append(held)
-        late.append(made)
+        late.append(sum(rebuilt.values()))
+        forward_by_path.append(read)
+        backward_by_path.append(kept)
+        late_by_path.append(rebuilt)
     head_forward, head_backward = copy_bytes(model, False)
     if float32_model(model):
         head_backward = FP32        # lm_head's TensorMove, held until lm_head's backward (traces of k01, k15)
     head = model.vocab * model.hidden
     return WeightCopies(forward_total=forward + head_forward * head, backward=tuple(backward),
-                        lm_head=head_backward * head, late=tuple(late))
+                        lm_head=head_backward * head, late=tuple(late), forward_by_path=tuple(forward_by_path),
+                        backward_by_path=tuple(backward_by_path), late_by_path=tuple(late_by_path))
 
 
 def copy_bytes(model: ModelSpec, recomputed: bool) -> tuple[int, int]:

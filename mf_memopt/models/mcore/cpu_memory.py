@@ -1,10 +1,10 @@
 """The memory-pool peak of an mcore training step on MindSpore 2.9's CPU backend (mf_memopt's CPU step).
 
 The same runtime as the legacy Llama's (`models/llama/cpu_memory.py`), so nearly the same moments:
-the end of the forward (the loss), the backward of each layer's MLP and of its attention, and the
-optimizer (`estimate/cpu_step.py`). What differs is the layer (`inventory.py`), the fused linears
-(linear_qkv, linear_fc1), and the model-level tensors, read off the allocation logs of float32 and
-float16-compute Qwen3 and TeleChat3 layers:
+the first attention of the forward with every weight copy made, the end of the forward (the loss), the
+backward of each layer's MLP and of its attention, and the optimizer (`estimate/cpu_step.py`). What
+differs is the layer (`inventory.py`), the fused linears (linear_qkv, linear_fc1), and the model-level
+tensors, read off the allocation logs of float32 and float16-compute Qwen3 and TeleChat3 layers:
 
 * the loss holds five b*s*v tensors (the one-hot labels as int32, the float32 logits' cast, the
   log-softmax's difference, its exponential and the product);
@@ -51,6 +51,7 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
     copies = _weight_copies(model, effects)
     dim = dims(model, ParallelSpec())
     candidates = [
+        _first_attention(model, effects, copies, tables),
         StagePeak(kind="end of the forward (loss)", components={
             "activations kept": sum(kept), "weight copies": copies.backward_total,
             "model-level tensors": _forward_model_level(model) + tables,
@@ -67,7 +68,10 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
                                  - _spent(effects[index])
                                  + _mlp_backward(_unit_model(model, index, len(effects)), dim) + copies.late[index]
                                  + effects[index].backward_extra}))
-        candidates.append(_attention_backward(model, effects, index, kept, copies, tables))
+        if rebuilds(effects[index], *_NORMS):
+            candidates.append(_whole_layer_attention(model, effects, index, kept, copies, tables))
+        else:
+            candidates.append(_attention_backward(model, effects, index, kept, copies, tables))
     # AdamW's early decayed copy: two vocabulary-sized products even when the embeddings are tied (one matrix
     # read by two cells; memory-pool trace of the sweep's c03)
     early = {EARLY_VOCABULARY: 2 * FP32 * model.vocab * model.hidden}
@@ -125,6 +129,77 @@ def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int
         "model-level tensors": 2 * FP32 * dim.bsh_full + tables,
         "layer working set": held_in_backward(effects[index], _ATTENTION) + copies.late[index]
                              + (3 * FP32 + ((FP32 + 1) if rebuilt else 0)) * dim.scores})
+
+
+def _first_attention(model: ModelSpec, effects: list[LayerEffect], copies: WeightCopies, tables: int) -> StagePeak:
+    """Layer 0's attention scores in the forward, while every weight copy made at the start of the step still exists.
+
+    The casts and TensorMove copies read only parameters, so the runtime makes them all as the step starts
+    (`WeightCopies`); by layer 0's scores only the copies of its attention's input projections (linear_qkv, or
+    the multi-latent attention's down and up projections) have been read and freed. On top: the CPU stand-in's
+    float32 BatchMatMul output and its scaled copy (two b*n*s*s tensors), the embedding output and its float32
+    copy for the residual, q, k and v in the compute dtype and a float32 repeat of the key for the grouped
+    BatchMatMul, and the loss's one-hot labels with their float32 cast, which read only the labels (memory-pool
+    trace of the fresh2 set's e13: 137.0 MiB at the recomputed attention's Mul, 101.6 MiB of it weight copies).
+    """
+    dim, c = dims(model, ParallelSpec()), model.compute_bytes
+    read = sum(size for path, size in copies.forward_by_path[0].items() if _before_scores(path)) \
+        if copies.forward_by_path else 0
+    return StagePeak(kind="first attention of the forward (weight copies made)", components={
+        "weight copies": copies.forward_total - read + copies.backward_total,
+        "model-level tensors": tables + (c + FP32) * dim.bsh_full
+                               + 2 * FP32 * model.batch * model.seq * model.vocab,
+        "layer working set": 2 * FP32 * dim.scores + c * (dim.q + 2 * dim.kv) + FP32 * dim.q})
+
+
+def _whole_layer_attention(model: ModelSpec, effects: list[LayerEffect], index: int, kept: list[int],
+                           copies: WeightCopies, tables: int) -> StagePeak:
+    """A recompute that spans layer `index` (its norms are rebuilt) runs as one segment when its backward starts,
+    before the MLP's backward (`held_in_mlp_backward`), so the attention's two b*n*s*s moments are apart, and the
+    layer's "attention backward" checkpoint is the larger of them (one checkpoint of that kind per layer, as the
+    planner's search reads them, `auto/limits.py`):
+
+    * the attention rebuilt, its scores computed: the layer's weight copies all made (every copy held for its
+      backward and the forward copies of the matmuls run again, but the attention's input projections', read
+      before the scores), no MLP gradient yet, the rebuilt mask (float32 and booleans) and two float32 b*n*s*s
+      tensors, the stand-in's BatchMatMul output and its scaled copy;
+    * the attention's backward, after the MLP's: every matmul but the attention's input projections has read its
+      copies, the MLP's gradients exist, the stand-in's backward works on three float32 b*n*s*s tensors, and the
+      mask rebuilt with the layer was read by its forward and freed.
+
+    Memory-pool trace of the fresh2 set's e13 (layer 1: 123.7 MiB at the rebuilt attention, 107.8 MiB in its
+    backward; the single moment `_attention_backward` counts both in would say 158.0 MiB).
+    """
+    dim = dims(model, ParallelSpec())
+    fc1, fc2, *_ = _unit_model(model, index, len(effects)).mlp_params()
+    attention = held_in_backward(effects[index], _ATTENTION)
+    shared = {"activations kept": sum(kept[:index]), "model-level tensors": 2 * FP32 * dim.bsh_full + tables}
+    held = copies.backward_by_path[index] if copies.backward_by_path else {}
+    late = copies.late_by_path[index] if copies.late_by_path else {}
+    read = sum(size for path, size in late.items() if _before_scores(path))
+    # what the matmuls that have run their backward no longer hold (a float32 model's TensorMove of the whole
+    # layer is not split by matmul, and stays counted)
+    spent = sum(size for path, size in held.items() if not _before_scores(path))
+    before = sum(copies.backward[:index])
+    moments = [StagePeak(kind="attention backward", layer=index, components={
+                "activations kept": shared["activations kept"],
+                "weight copies": before + copies.backward[index] + copies.late[index] - read,
+                "gradients so far": gradients_after(model, index, len(effects)),
+                "model-level tensors": shared["model-level tensors"],
+                "layer working set": attention + (2 * FP32 + FP32 + 1) * dim.scores + effects[index].backward_extra}),
+            StagePeak(kind="attention backward", layer=index, components={
+                "activations kept": shared["activations kept"],
+                "weight copies": before + copies.backward[index] - spent,
+                "gradients so far": gradients_after(model, index, len(effects)) + model.gradient_bytes * (fc1 + fc2),
+                "model-level tensors": shared["model-level tensors"],
+                "layer working set": attention + 3 * FP32 * dim.scores})]
+    return max(moments, key=lambda moment: moment.peak)
+
+
+def _before_scores(path: str) -> bool:
+    """The attention's input projections: their matmuls run before the scores (all of the attention's but
+    linear_proj)."""
+    return path.startswith("self_attention.") and path != _PROJ
 
 
 def _weight_copies(model: ModelSpec, effects: list[LayerEffect]) -> WeightCopies:
