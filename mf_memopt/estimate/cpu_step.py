@@ -85,7 +85,8 @@ def gradient_set(model: ModelSpec, layers: int) -> int:
     return sum(_unit_gradients(model, layers, p, norm)) + p * matrices * model.vocab * h + norm * h
 
 
-def optimizer_steps(model: ModelSpec, layers: int, early: dict[str, int]) -> list[StagePeak]:
+def optimizer_steps(model: ModelSpec, layers: int, early: dict[str, int],
+                    finished_first: int | None = None) -> list[StagePeak]:
     """MindFormers' AdamW as graph ops, after clip-grad and the overflow select.
 
     Float32 models: every parameter has its gradient as the overflow select returns it (the select's zeros are
@@ -112,6 +113,15 @@ def optimizer_steps(model: ModelSpec, layers: int, early: dict[str, int]) -> lis
       q07, t14).
       The same shapes with float16 RmsNorm weights measure like the first order (q07: 607 MiB,
       654 MiB with float16 norms; t10: 131 MiB, 120 MiB with float32 norms).
+
+    `finished_first` (float16 compute with clip-grad, the updates first; a family that knows its update order
+    passes it, others keep the moment above): the parameters whose updates are done when the largest weight's
+    starts. The updates then run one parameter at a time in parameter order, each making float32 copies of its
+    two moments (TensorMove) and a product (`Mul`), then freeing its tensors, so the moment above is split in two
+    (legacy Llama traces of w05, s19, s25, h05, t12): the end of clip-grad (every parameter's clipped float32
+    gradient, the `Select`, and its first product, the `Mul`, with clip-grad's last sum, the `ClipGradNorm` `Add`
+    of the embedding's size) and the largest weight's update (its three float32 temporaries on top, the
+    parameters finished before it holding nothing any more).
     """
     if float32_model(model):
         largest = max([*model.largest_params(), model.vocab * model.hidden])
@@ -128,6 +138,13 @@ def optimizer_steps(model: ModelSpec, layers: int, early: dict[str, int]) -> lis
                 StagePeak(kind="optimizer step", components={
                     "optimizer working set": 2 * FP32 * params, **early})]
     moments = 2 * max(model.largest_params())
+    if finished_first is not None and model.clip_grad and model.compute_bytes != FP32:
+        largest = max(model.largest_params())
+        return [StagePeak(kind="end of clip-grad", components={
+                    "optimizer working set": 2 * FP32 * params, "clip-grad's last sum": FP32 * embedding, **early}),
+                StagePeak(kind="optimizer step", components={
+                    "optimizer working set": 2 * FP32 * (params - finished_first),
+                    "update being finished": 3 * FP32 * largest, **early})]
     if model.compute_bytes != FP32 and embedding > moments:
         finishing = {"clip-grad's last sum": FP32 * embedding}
     else:

@@ -66,11 +66,48 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
                                  + 2 * FP32 * dim.bsf + copies.late[index]
                                  + effects[index].backward_extra}))
         candidates.append(_attention_backward(model, effects, index, kept, copies, tables))
+        candidates.append(_mlp_forward(model, effects, index, kept, copies, tables))
     early = {EARLY_VOCABULARY: FP32 * vocabulary_params(model)}
     candidates = [StagePeak(kind=candidate.kind, layer=candidate.layer, components={**candidate.components, **early})
                   for candidate in candidates]
-    candidates.extend(optimizer_steps(model, len(effects), early))
+    candidates.extend(optimizer_steps(model, len(effects), early, finished_first=_finished_first(model)))
     return candidates
+
+
+def _finished_first(model: ModelSpec) -> int:
+    """The parameters whose AdamW updates are done when the largest weight's starts: MindFormers updates the
+    embedding, then each layer's weights in `layer_param_list` order (wq, wk, wv, wo, w1, ...), one at a time
+    after clip-grad, so the embedding and layer 0's weights before its first largest one (`optimizer_steps`)."""
+    weights = model.layer_param_list()
+    return model.vocab * model.hidden + sum(weights[:weights.index(max(model.largest_params()))])
+
+
+def _mlp_forward(model: ModelSpec, effects: list[LayerEffect], index: int, kept: list[int], copies: WeightCopies,
+                 tables: int) -> StagePeak:
+    """Layer `index`'s forward at its MLP's first matmul (w1): the forward moment of the last layer.
+
+    The float32 copies of every Linear weight are made at the start of the step and each forward copy is freed
+    by the matmul that reads it (`weight_copies`), so when the last layer's MLP runs, the earlier layers have
+    kept their tensors while only this layer's MLP weight copies (the `w1`, `w3`, `w2` `Cast`s) and lm_head's
+    (`lm_head` `Cast`) are still alive of the forward ones, next to every backward copy (memory-pool trace of
+    t02: 64.37 MiB at layer 1's w1 `MatMul`, float16 compute with float32 parameters). On top: the layer's kept
+    tensors up to its ffn_norm, the residual (the attention's `Add`), w1's float32 output (`MatMul`) and, with
+    float16 compute, the float32 casts of the normalised input that w1's and w3's `MatMul`s read (`Cast`), and the
+    labels' float32 one-hot (`OneHot`, b*s*V), made at the start of the step. Layers after `index` are not
+    counted (their copies would make a layer's moment depend on later layers' choices, which the planner's
+    search does not allow): the last layer's moment is the whole one, the others' a lower bound."""
+    dim, c = dims(model, ParallelSpec()), model.compute_bytes
+    mlp = ("feed_forward.",)
+    before_mlp = sum(item.saved.nbytes for item in effects[index].tensors
+                     if item.fate != "recomputed" and not item.saved.path.startswith(mlp))
+    head_forward = copies.forward_total - sum(sum(read.values()) for read in copies.forward_by_path)
+    mlp_copies = sum(size for path, size in copies.forward_by_path[index].items() if path.startswith(mlp))
+    inputs = 2 * FP32 * dim.bsh_full if cpu_matmul_copies(model) else 0
+    return StagePeak(kind="MLP forward", layer=index, components={
+        "activations kept": sum(kept[:index]) + before_mlp,
+        "weight copies": sum(copies.backward[:index + 1]) + copies.lm_head + mlp_copies + head_forward,
+        "model-level tensors": c * dim.bsh_full + tables + FP32 * model.batch * model.seq * model.vocab,
+        "layer working set": FP32 * dim.bsf + inputs})
 
 
 def _first_scores(model: ModelSpec, effects: list[LayerEffect]) -> int:
