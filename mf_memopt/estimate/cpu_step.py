@@ -136,21 +136,32 @@ def optimizer_steps(model: ModelSpec, layers: int, early: dict[str, int],
                     "gradient casts": FP32 * params, "optimizer working set": FP32 * vocabulary_params(model),
                     "clip-grad's last sum": FP32 * embedding, **early}),
                 StagePeak(kind="optimizer step", components={
-                    "optimizer working set": 2 * FP32 * params, **early})]
+                    "optimizer working set": 2 * FP32 * params, **early}),
+                *([_one_at_a_time(model, params, finished_first, early, "largest update of the optimizer")]
+                  if finished_first is not None and model.clip_grad else [])]
     moments = 2 * max(model.largest_params())
     if finished_first is not None and model.clip_grad and model.compute_bytes != FP32:
-        largest = max(model.largest_params())
         return [StagePeak(kind="end of clip-grad", components={
                     "optimizer working set": 2 * FP32 * params, "clip-grad's last sum": FP32 * embedding, **early}),
-                StagePeak(kind="optimizer step", components={
-                    "optimizer working set": 2 * FP32 * (params - finished_first),
-                    "update being finished": 3 * FP32 * largest, **early})]
+                _one_at_a_time(model, params, finished_first, early)]
     if model.compute_bytes != FP32 and embedding > moments:
         finishing = {"clip-grad's last sum": FP32 * embedding}
     else:
         finishing = {"update being finished": FP32 * moments}
     return [StagePeak(kind="optimizer step", components={
         "optimizer working set": 2 * FP32 * params, **finishing, **early})]
+
+
+def _one_at_a_time(model: ModelSpec, params: int, finished_first: int, early: dict[str, int],
+                   kind: str = "optimizer step") -> StagePeak:
+    """The largest weight's update when the updates run one parameter at a time after clip-grad: its three float32
+    temporaries (a Cast, the Mul and the Add of its moment update, or two TensorMove copies and a Mul) on top of
+    every other parameter's clipped gradient and first product, those updated before it freed. Traced with float32
+    and float16 parameters (w05, s19, s25, h05, t12; fresh10's x00: 260.59 MiB at the Add of layer 0's gate
+    projection, the embedding and layer 0's attention weights done)."""
+    return StagePeak(kind=kind, components={
+        "optimizer working set": 2 * FP32 * (params - finished_first),
+        "update being finished": 3 * FP32 * max(model.largest_params()), **early})
 
 
 def clip_ends_first(model: ModelSpec) -> bool:
