@@ -48,7 +48,7 @@ def compress_effect(plan: LayerPlan, effect: LayerEffect, compression: Compressi
         return effect
     by_cell = _cells(plan.op_compress, compression)
     tensors, notes, work = [], list(effect.notes), 0
-    rebuilt = {role: target for target in compression.targets if target.cell in by_cell for role in target.also_frees}
+    rebuilt = {role for target in compression.targets if target.cell in by_cell for role in target.also_frees}
     for item in effect.tensors:
         if item.fate == "kept" and item.saved.role in rebuilt:
             continue    # rebuilt in the backward by the cells that replace the MLP

@@ -193,15 +193,22 @@ class WeightCopies:
     what some backward op reads.
     """
 
-    forward_total: int
+    forward: tuple[dict[str, int], ...]    # per decoder layer and matmul path: read and freed by that matmul
     backward: tuple[int, ...]    # per decoder layer: held until that layer's backward
+    backward_by_path: tuple[dict[str, int], ...]   # the same by matmul path (a float32 model's TensorMove of the
+    #                                                whole layer is in `backward` only)
+    late_by_path: tuple[dict[str, int], ...]   # per decoder layer and matmul path: made during its backward
+    #                                            (recomputed casts), one at a time
     lm_head: int                 # held until the start of the backward
-    late: tuple[int, ...] = ()   # per decoder layer: made during its backward (recomputed casts), one at a time
-    # the same per decoder layer and matmul path (a float32 model's TensorMove of the whole layer is in `backward`
-    # only): a family that knows which matmuls have read their copies at one of its moments subtracts them
-    forward_by_path: tuple[dict[str, int], ...] = ()
-    backward_by_path: tuple[dict[str, int], ...] = ()
-    late_by_path: tuple[dict[str, int], ...] = ()
+    lm_head_forward: int         # lm_head's forward copy, read and freed by its matmul
+
+    @property
+    def late(self) -> tuple[int, ...]:
+        return tuple(sum(made.values()) for made in self.late_by_path)
+
+    @property
+    def forward_total(self) -> int:
+        return sum(sum(read.values()) for read in self.forward) + self.lm_head_forward
 
     @property
     def backward_total(self) -> int:
@@ -212,8 +219,7 @@ def weight_copies(model: ModelSpec, effects: list[LayerEffect], sizes: Callable[
                   rerun: Callable[[str, LayerEffect], bool]) -> WeightCopies:
     """The copies of every Linear weight (`sizes(index)`: the matmul paths of the step's layer `index` -> their
     weights' elements) and of the lm_head; `rerun` says whether a layer's backward runs a matmul again."""
-    forward, backward, late = 0, [], []
-    forward_by_path, backward_by_path, late_by_path = [], [], []
+    forward, backward, backward_by_path, late_by_path = [], [], [], []
     units = model.unit_params(len(effects))
     for index, effect in enumerate(effects):
         read, kept, rebuilt = {}, {}, {}
@@ -233,22 +239,20 @@ def weight_copies(model: ModelSpec, effects: list[LayerEffect], sizes: Callable[
                 # projection's and the attention's output projection's is read by their one backward matmul and freed
                 kept[path] += model.param_bytes * size
                 rebuilt[path] = FP32 * size if again else 0
-        forward += sum(read.values())
         held = sum(kept.values())
         if float32_model(model):
             held += FP32 * units[index]
+        forward.append(read)
         backward.append(held)
-        late.append(sum(rebuilt.values()))
-        forward_by_path.append(read)
         backward_by_path.append(kept)
         late_by_path.append(rebuilt)
     head_forward, head_backward = copy_bytes(model, False)
     if float32_model(model):
         head_backward = FP32        # lm_head's TensorMove, held until lm_head's backward (traces of k01, k15)
     head = model.vocab * model.hidden
-    return WeightCopies(forward_total=forward + head_forward * head, backward=tuple(backward),
-                        lm_head=head_backward * head, late=tuple(late), forward_by_path=tuple(forward_by_path),
-                        backward_by_path=tuple(backward_by_path), late_by_path=tuple(late_by_path))
+    return WeightCopies(forward=tuple(forward), backward=tuple(backward), backward_by_path=tuple(backward_by_path),
+                        late_by_path=tuple(late_by_path), lm_head=head_backward * head,
+                        lm_head_forward=head_forward * head)
 
 
 def copy_bytes(model: ModelSpec, recomputed: bool) -> tuple[int, int]:

@@ -30,8 +30,7 @@ def is_plain_linear(cell: Any) -> bool:
 
 
 def is_llama_mlp(cell: Any) -> bool:
-    names = {name for name, child in cell._cells.items() if child is not None}
-    return ({"w1", "w2", "w3"} <= names and not getattr(cell, "ffn_concat", True)
+    return ({"w1", "w2", "w3"} <= dict(children(cell)).keys() and not getattr(cell, "ffn_concat", True)
             and not getattr(cell, "use_fused_swiglu", True) and type_name(cell).endswith("FeedForward"))
 
 
@@ -47,8 +46,7 @@ def gates_with_silu(mlp: Any) -> bool:
 
 
 def is_llama_attention(cell: Any) -> bool:
-    names = {name for name, child in cell._cells.items() if child is not None}
-    return {"wq", "wk", "wv"} <= names and type_name(cell).endswith("Attention")
+    return {"wq", "wk", "wv"} <= dict(children(cell)).keys() and type_name(cell).endswith("Attention")
 
 
 class LlamaCompression(Compression):
@@ -81,8 +79,7 @@ class LlamaCompression(Compression):
         return is_plain_linear(cell)
 
     def lossless_ok(self, path: str, cell: Any, parent: Any) -> bool:
-        return (path.rpartition(".")[2] == "w2" and parent is not cell and is_llama_mlp(parent)
-                and gates_with_silu(parent))
+        return parent is not cell and self.rebuilds_gate(path, parent)   # the lossless MLP rebuilds the gate too
 
     def rebuilds_gate(self, path: str, parent: Any) -> bool:
         return path.rpartition(".")[2] == "w2" and is_llama_mlp(parent) and gates_with_silu(parent)

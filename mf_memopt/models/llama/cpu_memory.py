@@ -100,12 +100,11 @@ def _mlp_forward(model: ModelSpec, effects: list[LayerEffect], index: int, kept:
     mlp = ("feed_forward.",)
     before_mlp = sum(item.saved.nbytes for item in effects[index].tensors
                      if item.fate != "recomputed" and not item.saved.path.startswith(mlp))
-    head_forward = copies.forward_total - sum(sum(read.values()) for read in copies.forward_by_path)
-    mlp_copies = sum(size for path, size in copies.forward_by_path[index].items() if path.startswith(mlp))
+    mlp_copies = sum(size for path, size in copies.forward[index].items() if path.startswith(mlp))
     inputs = 2 * FP32 * dim.bsh_full if cpu_matmul_copies(model) else 0
     return StagePeak(kind="MLP forward", layer=index, components={
         "activations kept": sum(kept[:index]) + before_mlp,
-        "weight copies": sum(copies.backward[:index + 1]) + copies.lm_head + mlp_copies + head_forward,
+        "weight copies": sum(copies.backward[:index + 1]) + copies.lm_head + mlp_copies + copies.lm_head_forward,
         "model-level tensors": c * dim.bsh_full + tables + FP32 * model.batch * model.seq * model.vocab,
         "layer working set": FP32 * dim.bsf + inputs})
 

@@ -143,8 +143,7 @@ def _first_attention(model: ModelSpec, effects: list[LayerEffect], copies: Weigh
     trace of the fresh2 set's e13: 137.0 MiB at the recomputed attention's Mul, 101.6 MiB of it weight copies).
     """
     dim, c = dims(model, ParallelSpec()), model.compute_bytes
-    read = sum(size for path, size in copies.forward_by_path[0].items() if _before_scores(path)) \
-        if copies.forward_by_path else 0
+    read = sum(size for path, size in copies.forward[0].items() if _before_scores(path))
     return StagePeak(kind="first attention of the forward (weight copies made)", components={
         "weight copies": copies.forward_total - read + copies.backward_total,
         "model-level tensors": tables + (c + FP32) * dim.bsh_full
@@ -174,12 +173,10 @@ def _whole_layer_attention(model: ModelSpec, effects: list[LayerEffect], index: 
     fc1, fc2, *_ = _unit_model(model, index, len(effects)).mlp_params()
     attention = held_in_backward(effects[index], _ATTENTION)
     shared = {"activations kept": sum(kept[:index]), "model-level tensors": 2 * FP32 * dim.bsh_full + tables}
-    held = copies.backward_by_path[index] if copies.backward_by_path else {}
-    late = copies.late_by_path[index] if copies.late_by_path else {}
-    read = sum(size for path, size in late.items() if _before_scores(path))
+    read = sum(size for path, size in copies.late_by_path[index].items() if _before_scores(path))
     # what the matmuls that have run their backward no longer hold (a float32 model's TensorMove of the whole
     # layer is not split by matmul, and stays counted)
-    spent = sum(size for path, size in held.items() if not _before_scores(path))
+    spent = sum(size for path, size in copies.backward_by_path[index].items() if not _before_scores(path))
     before = sum(copies.backward[:index])
     moments = [StagePeak(kind="attention backward", layer=index, components={
                 "activations kept": shared["activations kept"],
