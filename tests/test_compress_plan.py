@@ -237,9 +237,9 @@ def test_verify_reports_a_missing_compressed_cell():
 
 def test_estimate_frees_the_attention_projections_inputs_and_counts_one_copy_per_reader(tmp_path):
     """wq, wk and wv read attention_norm's output and each keeps its own compressed copy of it; wo reads the
-    attention's output. Measured with `python benchmarks/pool_trace.py` on configs/llama_tiny.yaml with vocab 512,
-    batch 4, a dynamic loss scale and no recompute: 143.56 MiB uncompressed, 125.26 MiB with int4 on all seven
-    linears (estimates 143.5 and 125.2)."""
+    attention's output. Measured with `python benchmarks/compress_peaks.py --variants int4-attention` (configs/
+    llama_tiny.yaml with vocab 512, batch 4, a dynamic loss scale and no recompute): 143.56 MiB uncompressed,
+    137.60 MiB with int4 on the four attention projections (estimates 143.5 and 137.6)."""
     base = _estimate_with(tmp_path, None)
     squeezed = _estimate_with(tmp_path, {"compress": True, "op_compress": [
         {"op_name": "attention\\.wq", "method": "int4", "layers": True},
