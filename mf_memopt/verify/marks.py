@@ -48,6 +48,10 @@ class LayerCheck:
     notes: list[str] = field(default_factory=list)
     compressed: list[str] = field(default_factory=list)   # cells whose backward reads only a compressed copy
 
+    @property
+    def label(self) -> str:
+        return self.name or str(self.layer)
+
 
 @dataclass
 class VerifyResult:
@@ -323,17 +327,16 @@ def verify_table(result: VerifyResult) -> str:
         rows[0].insert(-1, "compressed (backward reads only the copy)")
     for check in result.layers:
         offload = ", ".join(f"{count} @ {prefetch}" for prefetch, count in sorted(check.offloaded.items())) or "-"
-        rows.append([check.name or str(check.layer), ", ".join(check.recompute) or "-", str(check.copies), offload,
+        rows.append([check.label, ", ".join(check.recompute) or "-", str(check.copies), offload,
                      str(check.comm or "-"), str(len(check.rule2) or "-"), "no" if check.disagreements else "yes"])
         if compressing:
             rows[-1].insert(-1, ", ".join(check.compressed) or "-")
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
     for check in result.layers:
-        label = check.name or str(check.layer)
-        lines += [f"disagreement: layer {label}: {item}" for item in check.disagreements]
+        lines += [f"disagreement: layer {check.label}: {item}" for item in check.disagreements]
         lines += [f"conflict: {item}" for item in check.rule2]
-        lines += [f"note: layer {label}: {item}" for item in check.notes]
+        lines += [f"note: layer {check.label}: {item}" for item in check.notes]
     verdict = ("the compiled graph agrees with the plan" if result.agrees
                else "the compiled graph DISAGREES with the plan")
     lines.append(f"{verdict}; {len(result.rule2)} rule-2 conflict(s)")
