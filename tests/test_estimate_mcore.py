@@ -21,11 +21,7 @@ from mf_memopt.estimate import estimate_config
 
 # Known misses, each strict: the day the estimate gets it right, the mark has to go.
 KNOWN = {
-    "c06": "over by 6.1% in the backward of the last layer of a float16 model with its MLP recomputed",
     "d14": "under by 5.5% on a 3 MiB model (TeleChat3, hidden 64, full recompute): small tensors the model omits",
-    "g07": "over by 9.1% in the backward of the last layer of a float16 model with its MLP recomputed (as c06); "
-           "found by the fresh3 set, measured before it was compared; traced once (19.78 MiB at the last layer's "
-           "SwiGlu gradient, 21.59 estimated there), not explained",
 }
 SETS = ("sweep", *FRESH_SETS)
 CASES = [pytest.param(which, config, id=f"{which}-{config.name}",
