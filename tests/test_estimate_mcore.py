@@ -20,9 +20,7 @@ from benchmarks.sweep_mcore import FRESH_SETS, data_file, generate
 from mf_memopt.estimate import estimate_config
 
 # Known misses, each strict: the day the estimate gets it right, the mark has to go.
-KNOWN = {
-    "d14": "under by 5.5% on a 3 MiB model (TeleChat3, hidden 64, full recompute): small tensors the model omits",
-}
+KNOWN: dict[str, str] = {}
 SETS = ("sweep", *FRESH_SETS)
 CASES = [pytest.param(which, config, id=f"{which}-{config.name}",
                       marks=[pytest.mark.xfail(reason=KNOWN[config.name], strict=True)] if config.name in KNOWN else [])

@@ -36,6 +36,7 @@ from ...estimate.cpu_step import (
 from ...estimate.effects import LayerEffect
 from ...estimate.inventory import FP32, Dims, dims
 from ...estimate.memory import StagePeak
+from ...estimate.pool_log import POOL_ALIGNMENT as POOL_BLOCK
 from ...estimate.spec import ModelSpec, ParallelSpec
 
 _QKV, _PROJ = "self_attention.linear_qkv.matmul", "self_attention.linear_proj.matmul"
@@ -74,12 +75,26 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
             candidates.append(_attention_backward(model, effects, index, kept, copies, tables))
     # AdamW's early decayed copy: two vocabulary-sized products even when the embeddings are tied (one matrix
     # read by two cells; memory-pool trace of the sweep's c03)
-    early = {EARLY_VOCABULARY: 2 * FP32 * model.vocab * model.hidden}
+    early = {EARLY_VOCABULARY: 2 * FP32 * model.vocab * model.hidden, GRAPH_CONSTANTS: _graph_constants(effects)}
     candidates = [StagePeak(kind=candidate.kind, layer=candidate.layer, components={**candidate.components, **early})
                   for candidate in candidates]
     candidates.extend(_mixed_optimizer(model, len(effects), early) if _mixed(model)
                       else optimizer_steps(model, len(effects), early))
     return candidates
+
+
+GRAPH_CONSTANTS = "graph constants (scalar and shape inputs, a 512-byte block each)"
+
+
+def _graph_constants(effects: list[LayerEffect]) -> int:
+    """The graph's constant kernel inputs (scalars, flags and shape tuples: `Default/data-N`), made as the step
+    starts and held to its end, one pool block of 512 bytes each: 65 for the model, 28 per decoder layer, 4 more
+    for a layer whose MLP is recomputed and 6 for one whose attention is (its ops run twice). Counted in the
+    allocation logs of a TeleChat3 of hidden 64 at 2, 5 and 8 layers, with no, MLP, attention and full recompute
+    and two step forms (the step form does not change the count); Qwen3 and TeleChat3 layers of hidden 256 match
+    it within 7 blocks. They matter only on a tiny model: the fresh set's d14 (3.12 MiB) holds 257 (128.5 KiB)."""
+    per_layer = (28 + 4 * rebuilds(effect, "mlp.") + 6 * rebuilds(effect, "self_attention.") for effect in effects)
+    return POOL_BLOCK * (65 + sum(per_layer))
 
 
 def _read_before_mlp_backward(copies: WeightCopies, index: int) -> int:
