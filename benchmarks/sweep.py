@@ -49,11 +49,13 @@ SEED = 20261128  # the first seed from 20261123 whose sweep reaches every end of
 FRESH_SETS = {"fresh": (20261124, "h", 3), "fresh2": (20261125, "k", 5), "fresh3": (20261126, "m", 7),
               "fresh4": (20261127, "q", 1), "fresh5": (20261128, "r", 4), "fresh6": (20261130, "t", 6),
               "fresh7": (20261201, "u", 2), "fresh8": (20261202, "v", 8), "fresh9": (20261203, "w", 3),
-              "fresh10": (20261204, "x", 5)}
+              "fresh10": (20261204, "x", 5), "fresh11": (20261205, "y", 7)}
 # Sets whose configs also vary the training step (`runner_wrapper`, as step_forms.FORMS); the others all
 # train with the shipped config's (MFTrainOneStepCell, scale 1, clip-grad). fresh9 was drawn and measured
 # after the CPU step's loss-scale fix and the estimator's reading of the step form, before either saw it.
-STEP_SETS = ("fresh9", "fresh10")     # fresh10: drawn and measured after the MLP-forward and optimizer-split moments
+# fresh10: drawn and measured after the MLP-forward and optimizer-split moments; fresh11 after the float16
+# parameters' update moment and the mcore family's MLP-backward copies and graph constants
+STEP_SETS = ("fresh9", "fresh10", "fresh11")
 BASE_STEP = "scale 1, clip"
 # fresh5's seed is the sweep's own (SEED): its configs have the shapes of s00-s15 with other dtype and
 # recompute pairings. fresh6, fresh7 and fresh8 use seeds no other set uses; fresh8's shift (8, that is
