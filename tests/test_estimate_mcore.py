@@ -1,6 +1,6 @@
 """The CPU estimate of mcore models (Qwen3, TeleChat3) against their measured record: the 32-config sweep (its
-build half fitted, its held-out half measured before any mcore inventory existed) and the later sets `fresh`
-and `fresh2`, `fresh3` (`benchmarks/sweep_mcore.py measure --exact [--set S]`, every peak replayed to the byte but
+build half fitted, its held-out half measured before any mcore inventory existed) and the later sets `fresh`,
+`fresh2`, `fresh3` and `fresh4` (`benchmarks/sweep_mcore.py measure --exact [--set S]`, every peak replayed to the byte but
 e13's, whose replay fell outside the MiB MindSpore printed: it is taken as printed).
 
 The peaks are data in `benchmarks/data/`; nothing here is typed by hand. The sets cover both architectures,

@@ -24,6 +24,8 @@ from __future__ import annotations
 from ...estimate.cpu_step import (
     EARLY_VOCABULARY,
     WeightCopies,
+    float32_model,
+    gradient_set,
     gradients_after,
     held_bytes,
     held_in_backward,
@@ -78,8 +80,12 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
     early = {EARLY_VOCABULARY: 2 * FP32 * model.vocab * model.hidden, GRAPH_CONSTANTS: _graph_constants(effects)}
     candidates = [StagePeak(kind=candidate.kind, layer=candidate.layer, components={**candidate.components, **early})
                   for candidate in candidates]
-    candidates.extend(_mixed_optimizer(model, len(effects), early) if _mixed(model)
-                      else optimizer_steps(model, len(effects), early))
+    if _mixed(model):
+        candidates.extend(_mixed_optimizer(model, len(effects), early))
+    elif float32_model(model) and not (model.experts or model.mla):
+        candidates.extend(_float32_optimizer(model, len(effects)))
+    else:
+        candidates.extend(optimizer_steps(model, len(effects), early))
     return candidates
 
 
@@ -141,6 +147,35 @@ def _mixed_optimizer(model: ModelSpec, layers: int, early: dict[str, int]) -> li
     return [StagePeak(kind="optimizer step", components={
         "optimizer working set": 2 * FP32 * stage_params(model, layers),
         "update being finished": FP32 * max(*model.largest_params(), model.vocab * model.hidden), **early})]
+
+
+def _float32_optimizer(model: ModelSpec, layers: int) -> list[StagePeak]:
+    """AdamW on a float32 dense model, as the runtime orders it: every parameter's selected gradient and the first
+    product of its update (two float32 tensors each) are made first; then the updates run one parameter at a time in
+    parameter order (the embedding; each layer's linear_proj, linear_qkv, linear_fc1, linear_fc2; ...), each making
+    three temporaries of its size (two TensorMove copies of its moments and a product) and freeing its tensors when
+    done. The peak is the update of some parameter p: the two tensors of every parameter not yet updated, p's
+    three on top. The embedding's update (the first) and layer 0's (those of later layers and lm_head come with
+    less left to update) are the moments.
+
+    Memory-pool traces of the fresh4 set's j02 (linear_fc1 2.3 times the vocabulary matrix): 77.90 MiB at the
+    embedding's update, 72.83 at layer 0's linear_qkv, 77.33 at its linear_fc1; and j06: 152.79 at layer 0's
+    linear_qkv, linear_proj done (the moment of the largest weight, three of its temporaries on top of every
+    parameter's two tensors, said 165.6). Where the vocabulary matrix is the largest, the embedding's update is
+    the peak and both rules agree (25 earlier traces: five vocabulary-sized tensors alive for a tied matrix, seven
+    for an untied pair)."""
+    gradients = gradient_set(model, layers)
+    qkv, proj, fc1, fc2, *_ = model.layer_param_list()
+    order = [("embedding", model.vocab * model.hidden), ("layer 0's linear_proj", proj),
+             ("layer 0's linear_qkv", qkv), ("layer 0's linear_fc1", fc1), ("layer 0's linear_fc2", fc2)]
+    moments, finished = [], 0
+    for name, size in order:
+        moments.append(StagePeak(kind="optimizer step", components={
+            "optimizer working set": 2 * (gradients - FP32 * finished),
+            f"update being finished ({name})": 3 * FP32 * size}))
+        finished += size
+    return [moments[0], StagePeak(kind="largest update of the optimizer",
+                                  components=max(moments[1:], key=lambda moment: moment.peak).components)]
 
 
 def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int, kept: list[int],
