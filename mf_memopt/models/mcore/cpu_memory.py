@@ -77,13 +77,14 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
             candidates.append(_attention_backward(model, effects, index, kept, copies, tables))
     # AdamW's early decayed copy: two vocabulary-sized products even when the embeddings are tied (one matrix
     # read by two cells; memory-pool trace of the sweep's c03)
-    early = {EARLY_VOCABULARY: 2 * FP32 * model.vocab * model.hidden, GRAPH_CONSTANTS: _graph_constants(effects)}
+    constants = {GRAPH_CONSTANTS: _graph_constants(effects)}
+    early = {EARLY_VOCABULARY: 2 * FP32 * model.vocab * model.hidden, **constants}
     candidates = [StagePeak(kind=candidate.kind, layer=candidate.layer, components={**candidate.components, **early})
                   for candidate in candidates]
-    if _mixed(model):
+    if (float32_model(model) or _mixed(model)) and not (model.experts or model.mla):
+        candidates.extend(_dense_optimizer(model, len(effects), constants))
+    elif _mixed(model):
         candidates.extend(_mixed_optimizer(model, len(effects), early))
-    elif float32_model(model) and not (model.experts or model.mla):
-        candidates.extend(_float32_optimizer(model, len(effects)))
     else:
         candidates.extend(optimizer_steps(model, len(effects), early))
     return candidates
@@ -140,30 +141,30 @@ def _mixed(model: ModelSpec) -> bool:
 
 
 def _mixed_optimizer(model: ModelSpec, layers: int, early: dict[str, int]) -> list[StagePeak]:
-    """AdamW with float16 compute and float32 parameters: every parameter's selected gradient and its update's
-    output (two float32 tensors, as in `optimizer_steps`), and one more float32 tensor of the largest weight,
-    vocabulary matrices included, the update being finished (memory-pool traces of the sweep's c05, c07 and c19;
-    the Llama's rule, two of the largest decoder weight, over-estimates these by 4-5%)."""
+    """AdamW on an MoE or multi-latent model with float16 compute and float32 parameters: every parameter's selected
+    gradient and its update's output (two float32 tensors, as in `optimizer_steps`), and one more float32 tensor of
+    the largest weight, vocabulary matrices included, the update being finished (fitted on the dense sweep's c05,
+    c07 and c19 before `_dense_optimizer` replaced it there; not traced on these layers)."""
     return [StagePeak(kind="optimizer step", components={
         "optimizer working set": 2 * FP32 * stage_params(model, layers),
         "update being finished": FP32 * max(*model.largest_params(), model.vocab * model.hidden), **early})]
 
 
-def _float32_optimizer(model: ModelSpec, layers: int) -> list[StagePeak]:
-    """AdamW on a float32 dense model, as the runtime orders it: every parameter's selected gradient and the first
-    product of its update (two float32 tensors each) are made first; then the updates run one parameter at a time in
-    parameter order (the embedding; each layer's linear_proj, linear_qkv, linear_fc1, linear_fc2; ...), each making
-    three temporaries of its size (two TensorMove copies of its moments and a product) and freeing its tensors when
-    done. The peak is the update of some parameter p: the two tensors of every parameter not yet updated, p's
-    three on top. The embedding's update (the first) and layer 0's (those of later layers and lm_head come with
-    less left to update) are the moments.
+def _dense_optimizer(model: ModelSpec, layers: int, constants: dict[str, int]) -> list[StagePeak]:
+    """AdamW on a dense model with float32 parameters (float32 or float16 compute), as the runtime orders it: every
+    parameter's selected gradient and the first product of its update (two float32 tensors each) are made first;
+    then the updates run one parameter at a time in parameter order (the embedding; each layer's linear_proj,
+    linear_qkv, linear_fc1, linear_fc2; ...), each making three temporaries of its size (two TensorMove copies of
+    its moments and a product) and freeing its tensors when done. The peak is the update of some parameter p: the
+    two tensors of every parameter not yet updated, p's three on top. The embedding's update (the first) and layer
+    0's (those of later layers and lm_head come with less left to update) are the moments.
 
-    Memory-pool traces of the fresh4 set's j02 (linear_fc1 2.3 times the vocabulary matrix): 77.90 MiB at the
-    embedding's update, 72.83 at layer 0's linear_qkv, 77.33 at its linear_fc1; and j06: 152.79 at layer 0's
-    linear_qkv, linear_proj done (the moment of the largest weight, three of its temporaries on top of every
-    parameter's two tensors, said 165.6). Where the vocabulary matrix is the largest, the embedding's update is
-    the peak and both rules agree (25 earlier traces: five vocabulary-sized tensors alive for a tied matrix, seven
-    for an untied pair)."""
+    Memory-pool traces of the held-out fresh4 set's j02 (float32, linear_fc1 2.3 times the vocabulary matrix):
+    77.90 MiB at the embedding's update, 72.83 at layer 0's linear_qkv, 77.33 at its linear_fc1; j06 (float32):
+    152.79 at layer 0's linear_qkv, linear_proj done; fresh5's n11 (float16 compute): 79.99 at layer 0's
+    linear_fc1, its three temporaries on top. The rules they replace, three temporaries of the largest weight on
+    top of every parameter's two tensors (float32) and one (float16 compute), agree where the vocabulary matrix
+    is the largest and missed these by +7.2%, +8.4% and -9.8%."""
     gradients = gradient_set(model, layers)
     qkv, proj, fc1, fc2, *_ = model.layer_param_list()
     order = [("embedding", model.vocab * model.hidden), ("layer 0's linear_proj", proj),
@@ -172,7 +173,7 @@ def _float32_optimizer(model: ModelSpec, layers: int) -> list[StagePeak]:
     for name, size in order:
         moments.append(StagePeak(kind="optimizer step", components={
             "optimizer working set": 2 * (gradients - FP32 * finished),
-            f"update being finished ({name})": 3 * FP32 * size}))
+            f"update being finished ({name})": 3 * FP32 * size, **constants}))
         finished += size
     return [moments[0], StagePeak(kind="largest update of the optimizer",
                                   components=max(moments[1:], key=lambda moment: moment.peak).components)]
