@@ -51,9 +51,10 @@ PAIRS = 16
 # shift of the recompute and step forms)
 # fresh3: drawn and measured after the first-attention and whole-layer moments (2026-11-26), before they saw it;
 # fresh4: after the MLP backward's weight copies and the graph constants, before they saw it; fresh5: after the
-# float32 optimizer's one-at-a-time updates that fresh4 found, before they saw it
+# float32 optimizer's one-at-a-time updates that fresh4 found, before they saw it; fresh6: after the same
+# updates for float16 compute that fresh5 found, before they saw it
 FRESH_SETS = {"fresh": (20261127, "d", 3), "fresh2": (20261128, "e", 5), "fresh3": (20261129, "g", 7),
-              "fresh4": (20261130, "j", 1), "fresh5": (20261201, "n", 6)}
+              "fresh4": (20261130, "j", 1), "fresh5": (20261201, "n", 6), "fresh6": (20261202, "p", 2)}
 ARCHITECTURES = {"qwen3": {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "qk_layernorm": True},
                  "telechat3": {"model_type": "telechat3", "architectures": ["TeleChat3ForCausalLM"],
                                "qk_layernorm": False}}
