@@ -2,9 +2,10 @@
 
 The same runtime as the legacy Llama's (`models/llama/cpu_memory.py`), so nearly the same moments:
 the first attention of the forward with every weight copy made, the end of the forward (the loss), the
-backward of each layer's MLP and of its attention, and the optimizer (`estimate/cpu_step.py`). What
-differs is the layer (`inventory.py`), the fused linears (linear_qkv, linear_fc1), and the model-level
-tensors, read off the allocation logs of float32 and float16-compute Qwen3 and TeleChat3 layers:
+backward of each layer's MLP and of its attention, and the optimizer (`estimate/cpu_step.py`; a dense
+model's one parameter at a time, `_dense_optimizer`). What differs is the layer (`inventory.py`), the fused
+linears (linear_qkv, linear_fc1), and the model-level tensors, read off the allocation logs of float32 and
+float16-compute Qwen3 and TeleChat3 layers:
 
 * the loss holds five b*s*v tensors (the one-hot labels as int32, the float32 logits' cast, the
   log-softmax's difference, its exponential and the product);
@@ -12,7 +13,8 @@ tensors, read off the allocation logs of float32 and float16-compute Qwen3 and T
   broadcast), and the causal mask as b*s*s bytes and s*s booleans;
 * the cos/sin tables (s x head_dim, float32);
 * the final norm keeps x*rstd, its output and the early 2*x; the embedding output is kept as the
-  first norm's input (float32 compute).
+  first norm's input (float32 compute);
+* the graph's constant kernel inputs, a pool block each (`_graph_constants`).
 
 Not modelled: the last layer's MLP in the forward of a float16-compute model, whose weight casts are
 made just before their matmul (the sweep's c26 peaks there, 4.8% above the estimate); the planner's
@@ -45,6 +47,7 @@ _QKV, _PROJ = "self_attention.linear_qkv.matmul", "self_attention.linear_proj.ma
 _FC1, _FC2 = "mlp.linear_fc1.matmul", "mlp.linear_fc2.matmul"
 _ATTENTION = ("self_attention.", "input_layernorm.")
 _NORMS = ("input_layernorm.", "pre_mlp_layernorm.")
+GRAPH_CONSTANTS = "graph constants (scalar and shape inputs, a 512-byte block each)"
 
 
 def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StagePeak]:
@@ -88,9 +91,6 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
     else:
         candidates.extend(optimizer_steps(model, len(effects), early))
     return candidates
-
-
-GRAPH_CONSTANTS = "graph constants (scalar and shape inputs, a 512-byte block each)"
 
 
 def _graph_constants(effects: list[LayerEffect]) -> int:
