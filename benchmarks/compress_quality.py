@@ -26,9 +26,9 @@ of the same seed, in % of the baseline's loss; the headline ("final") averages t
 the final evaluations before taking the difference, and its 95% interval over seeds (Student's t) is
 read against issue 22's targets (int8 within 0.5%, int4 within 1%).
 
-    python -m benchmarks.compress_quality [--steps 300] [--eval-every 50] [--seeds 0 1 2]
+    python -m benchmarks.compress_quality [--steps 300] [--eval-every 50] [--seeds 0 1 2 3 4 5]
         [--scope linears|mlp] [--methods baseline int8 int4 int2 [null]] [--batch 16] [--seq-length 64]
-        [--lr 1e-3] [--held-out 256] [--final-evals 3] [--final-spacing 10] [--reuse] [--png F] [--out F]
+        [--lr 3e-4] [--held-out 256] [--final-evals 3] [--final-spacing 10] [--reuse] [--png F] [--out F]
 
 It prints the baseline's held-out loss (mean and sd over seeds) and each method's paired difference
 (mean, sd, per seed) at each evaluation step and for the final average, then the verdicts; the data
@@ -380,13 +380,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--eval-every", type=int, default=50)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4, 5])
     parser.add_argument("--scope", choices=sorted(SCOPES), default="linears")
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=DEFAULT_METHODS,
                         help="null: a control, the baseline with its initial weights perturbed by 1e-6 (relative)")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seq-length", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
+    parser.add_argument("--lr", type=float, default=3e-4, help="peak learning rate")
     parser.add_argument("--held-out", type=int, default=256, help="held-out sequences")
     parser.add_argument("--final-evals", type=int, default=3, help="evaluations averaged for the final number")
     parser.add_argument("--final-spacing", type=int, default=10, help="steps between those evaluations")
