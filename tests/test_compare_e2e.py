@@ -53,6 +53,17 @@ def test_the_shipped_qwen3_plan_trains_bit_identically_to_no_recompute(tmp_path)
     assert result["differing_parameters"] == [] and result["parameters"] > 0
 
 
+def test_a_shipped_swap_plan_trains_bit_identically_to_no_swap(tmp_path):
+    # on CPU the offload marks do not take effect, so swap must change nothing; on Ascend the same check holds
+    base = _variant(tmp_path, "swap_case2_layer_swap.yaml", "no_swap.yaml", swap_config={"swap": False})
+    status, result = _compare(tmp_path, str(base), str(ROOT / "configs" / "swap_case2_layer_swap.yaml"),
+                              "--steps", "2")
+    assert status == 0 and result["verdict"] == "identical" and result["kind"] == "bit-identical", result
+    assert set(result["changes"]) == {"swap_config.swap: False -> True",
+                                      "swap_config.layer_swap: (not set) -> [{'backward_prefetch': 20, 'layers': [0, 3]}]"}
+    assert all(step["loss_drift"] == 0 for step in result["steps"]) and result["differing_parameters"] == []
+
+
 def test_lossless_compression_is_identical_and_int2_everywhere_is_flagged_with_the_layers_to_keep_exact(tmp_path):
     base = ROOT / "configs" / "compress_int8_mlp.yaml"
     plain = _variant(tmp_path, "compress_int8_mlp.yaml", "plain.yaml", compress_config={"compress": False})
