@@ -20,6 +20,7 @@ from .spec import ModelSpec
 # parameter and the learning rate. The runtime computes it for the embedding and lm_head as soon
 # as the step starts and holds it to the end (memory-pool traces of s01, s08, s21, s26, p8).
 EARLY_VOCABULARY = "decayed vocabulary parameters (AdamW, computed early)"
+GRAPH_CONSTANTS = "graph constants (scalar and shape inputs, a 512-byte block each)"
 
 
 def float32_model(model: ModelSpec) -> bool:
@@ -154,14 +155,20 @@ def optimizer_steps(model: ModelSpec, layers: int, early: dict[str, int],
 
 def _one_at_a_time(model: ModelSpec, params: int, finished_first: int, early: dict[str, int],
                    kind: str = "optimizer step") -> StagePeak:
-    """The largest weight's update when the updates run one parameter at a time after clip-grad: its three float32
+    """The largest weight's update when the updates run one parameter at a time after clip-grad (`one_update`).
+    Traced with float32 and float16 parameters (w05, s19, s25, h05, t12; fresh10's x00: 260.59 MiB at the Add of
+    layer 0's gate projection, the embedding and layer 0's attention weights done)."""
+    return one_update(params, finished_first, max(model.largest_params()), early, kind)
+
+
+def one_update(params: int, finished: int, size: int, extra: dict[str, int], kind: str = "optimizer step") -> StagePeak:
+    """One parameter's update (`size` elements) when AdamW updates one parameter at a time: its three float32
     temporaries (a Cast, the Mul and the Add of its moment update, or two TensorMove copies and a Mul) on top of
-    every other parameter's clipped gradient and first product, those updated before it freed. Traced with float32
-    and float16 parameters (w05, s19, s25, h05, t12; fresh10's x00: 260.59 MiB at the Add of layer 0's gate
-    projection, the embedding and layer 0's attention weights done)."""
+    every other parameter's clipped gradient and first product (two float32 tensors each), the `finished`
+    elements updated before it freed; `extra` (bytes) is alive throughout."""
     return StagePeak(kind=kind, components={
-        "optimizer working set": 2 * FP32 * (params - finished_first),
-        "update being finished": 3 * FP32 * max(model.largest_params()), **early})
+        "optimizer working set": 2 * FP32 * (params - finished),
+        "update being finished": 3 * FP32 * size, **extra})
 
 
 def clip_ends_first(model: ModelSpec) -> bool:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 STATIC = ("parameters", "gradients", "optimizer states", "gradients so far", "optimizer outputs", "weight copies",
           "updated parameters (AdamW outputs)",
           "decayed vocabulary parameters (AdamW, computed early)", "optimizer working set", "update being finished",
-          "gradient casts", "clip-grad's last sum")
+          "gradient casts", "clip-grad's last sum", "graph constants (scalar and shape inputs, a 512-byte block each)")
 ACTIVATIONS = ("activations kept", "swapped, still on device", "model-level tensors")
 
 

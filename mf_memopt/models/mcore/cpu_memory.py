@@ -25,13 +25,14 @@ from __future__ import annotations
 
 from ...estimate.cpu_step import (
     EARLY_VOCABULARY,
+    GRAPH_CONSTANTS,
     WeightCopies,
     float32_model,
-    gradient_set,
     gradients_after,
     held_bytes,
     held_in_backward,
     held_in_mlp_backward,
+    one_update,
     optimizer_steps,
     rebuilds,
     stage_params,
@@ -47,7 +48,6 @@ _QKV, _PROJ = "self_attention.linear_qkv.matmul", "self_attention.linear_proj.ma
 _FC1, _FC2 = "mlp.linear_fc1.matmul", "mlp.linear_fc2.matmul"
 _ATTENTION = ("self_attention.", "input_layernorm.")
 _NORMS = ("input_layernorm.", "pre_mlp_layernorm.")
-GRAPH_CONSTANTS = "graph constants (scalar and shape inputs, a 512-byte block each)"
 
 
 def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StagePeak]:
@@ -165,18 +165,15 @@ def _dense_optimizer(model: ModelSpec, layers: int, constants: dict[str, int]) -
     linear_fc1, its three temporaries on top. The rules they replace, three temporaries of the largest weight on
     top of every parameter's two tensors (float32) and one (float16 compute), agree where the vocabulary matrix
     is the largest and missed these by +7.2%, +8.4% and -9.8%."""
-    gradients = gradient_set(model, layers)
+    params = stage_params(model, layers)
     qkv, proj, fc1, fc2, *_ = model.layer_param_list()
-    order = [("embedding", model.vocab * model.hidden), ("layer 0's linear_proj", proj),
-             ("layer 0's linear_qkv", qkv), ("layer 0's linear_fc1", fc1), ("layer 0's linear_fc2", fc2)]
-    moments, finished = [], 0
-    for name, size in order:
-        moments.append(StagePeak(kind="optimizer step", components={
-            "optimizer working set": 2 * (gradients - FP32 * finished),
-            f"update being finished ({name})": 3 * FP32 * size, **constants}))
-        finished += size
-    return [moments[0], StagePeak(kind="largest update of the optimizer",
-                                  components=max(moments[1:], key=lambda moment: moment.peak).components)]
+    embedding = model.vocab * model.hidden
+    # layer 0's updates in order, each with the parameters updated before it (the embedding first)
+    layer0 = [(embedding, proj), (embedding + proj, qkv), (embedding + proj + qkv, fc1),
+              (embedding + proj + qkv + fc1, fc2)]
+    finished, size = max(layer0, key=lambda update: one_update(params, *update, constants).peak)
+    return [one_update(params, 0, embedding, constants),
+            one_update(params, finished, size, constants, "largest update of the optimizer")]
 
 
 def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int, kept: list[int],
