@@ -53,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     estimate.add_argument("config", help="MindFormers training YAML")
     estimate.add_argument("--json", action="store_true", help="print the estimate as JSON (bytes, seconds)")
     estimate.add_argument("--png", help="write a chart to this PNG file")
-    estimate.add_argument("--device-memory", default="64GiB", help="device memory per card (default 64GiB)")
+    estimate.add_argument("--device-memory", help="device memory per card (default: the YAML's "
+                          "context.max_device_memory, or MindFormers' 58GB without it)")
     estimate.add_argument("--tflops", type=_positive, default=DEFAULT_TFLOPS,
                           help=f"sustained fp16/bf16 TFLOPS of one device (default {DEFAULT_TFLOPS:g})")
     estimate.add_argument("--host-bandwidth", type=_positive, default=DEFAULT_HOST_GBPS,
@@ -84,8 +85,10 @@ def _auto_parser(commands) -> None:
     auto = commands.add_parser("auto", help="choose recompute and swap per layer and stage under a device-memory "
                                             "budget, and write the YAML")
     auto.add_argument("config", help="MindFormers training YAML")
-    auto.add_argument("--device-memory", required=True, metavar="SIZE",
-                      help="budget per pipeline stage, e.g. 58GiB or 300MiB (cpu runtime: the memory-pool peak)")
+    auto.add_argument("--device-memory", metavar="SIZE",
+                      help="budget per pipeline stage, e.g. 58GiB or 300MiB (default with ascend: the YAML's "
+                           "context.max_device_memory, or MindFormers' 58GB without it; cpu runtime: the memory-pool "
+                           "peak, required)")
     auto.add_argument("--runtime", choices=("ascend", "cpu"), default="ascend",
                       help="ascend: device memory of an Ascend run (swap possible); cpu: the memory-pool peak of "
                            "this project's CPU launcher (recompute only: nothing is swapped on CPU)")
@@ -231,7 +234,7 @@ def _estimate(args: argparse.Namespace) -> int:
     from .estimate.report import estimate_text, parse_size, write_chart
 
     try:
-        memory = parse_size(args.device_memory)
+        memory = parse_size(args.device_memory) if args.device_memory is not None else None
     except ValueError as error:
         print(f"--device-memory: {error}", file=sys.stderr)
         return 2
@@ -262,8 +265,13 @@ def _auto(args: argparse.Namespace) -> int:
     from .estimate.measure import MeasureError
     from .estimate.report import parse_size
 
+    if args.device_memory is None and args.runtime == "cpu":
+        print("auto: --runtime cpu needs --device-memory (the memory-pool budget; the YAML's max_device_memory is an "
+              "Ascend key)", file=sys.stderr)
+        return 2
     try:
-        budget = _positive_size("--device-memory", args.device_memory, parse_size)
+        budget = _positive_size("--device-memory", args.device_memory, parse_size) \
+            if args.device_memory is not None else None
         host = _positive_size("--host-memory", args.host_memory, parse_size) if args.host_memory else float("inf")
     except ValueError as error:
         print(f"auto: {error}", file=sys.stderr)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from ..estimate.effects import LayerEffect, TensorFate
 from ..estimate.inventory import Saved
-from ..estimate.memory import ascend_peak, cpu_pool_peak
+from ..estimate.memory import StageParams, ascend_peak, cpu_pool_peak
 from ..estimate.spec import ModelSpec, OptimizerSpec, ParallelSpec
 from ..estimate.transfer import LayerTransfer
 from ..models.family import ModelFamily
@@ -68,7 +68,7 @@ class AscendStage:
     model: ModelSpec
     parallel: ParallelSpec
     optimizer: OptimizerSpec
-    params: int
+    params: StageParams
     factor: float
     first: bool
     last: bool

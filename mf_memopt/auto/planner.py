@@ -26,7 +26,7 @@ terms cannot be measured on this machine, so no margin is derived for it (0 unle
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from ..config.inherit import BASE_CONFIG
 from ..config.load import plan_source
 from ..config.plan import Plan
 from ..config.source import Source, load_source, parse_yaml
+from ..estimate.budget import device_budget
 from ..estimate.core import Estimate, estimate_source
 from ..estimate.spec import ModelSpec, read_spec
 from ..estimate.transfer import Hardware
@@ -91,6 +92,7 @@ class AutoPlan:
     repairs: tuple[str, ...] = ()
     margin: float = 0.0         # share of the budget held back for the estimator's error
     target: int = 0             # what the search held each stage's predicted peak to: budget less the margin
+    budget_source: str = "--device-memory"  # where the budget came from (`estimate.budget.device_budget`)
 
     @property
     def fits(self) -> bool:
@@ -98,18 +100,24 @@ class AutoPlan:
                    for stage in self.estimate.stages)
 
 
-def auto_plan(config: str | Path, *, budget: int, runtime: str = "ascend", host_budget: float = INFINITE,
+def auto_plan(config: str | Path, *, budget: int | None = None, runtime: str = "ascend", host_budget: float = INFINITE,
               hardware: Hardware | None = None, choices: tuple[Choice, ...] | None = None,
               output_name: str | None = None, margin: float | None = None) -> AutoPlan:
     """Plan `config` for `budget` bytes of device memory per stage, predicted peaks held to the budget less
-    `margin` (the runtime's default when None); raises `InfeasibleBudget` or `ConfigError`."""
+    `margin` (the runtime's default when None); without `budget`, the YAML's (`estimate.budget.device_budget`).
+    Raises `InfeasibleBudget` or `ConfigError`."""
     margin = default_margin(runtime) if margin is None else margin
     if not 0 <= margin < 1:
         raise ValueError(f"the margin is a share of the budget in [0, 1), got {margin}")
-    target = budget - round(budget * margin)
     path = Path(config)
     source = load_source(path)          # the guarded reader, base_config followed, as every command reads
-    context = _Context.read(source, runtime, hardware or Hardware(device_memory=budget), source.text,
+    issues: list[ConfigIssue] = []
+    resolved = device_budget(source, runtime, budget, issues)
+    raise_if_errors(issues)
+    budget = resolved.nbytes
+    target = budget - round(budget * margin)
+    hardware = replace(hardware or Hardware(), device_memory=budget)
+    context = _Context.read(source, runtime, hardware, source.text,
                             output_name or str(path))
     references = {"nothing": context.estimate_of(context.uniform(KEEP)),
                   "full recompute": context.estimate_of(context.uniform(Choice(full=True)))}
@@ -129,7 +137,8 @@ def auto_plan(config: str | Path, *, budget: int, runtime: str = "ascend", host_
                                                          references, context.cells, margin))
     return AutoPlan(config=str(path), runtime=runtime, budget=budget, host_budget=host_budget, family=name,
                     stages=tuple(stages), text=final, estimate=estimate, references=references,
-                    empty=empty, repairs=tuple(repairs), margin=margin, target=target)
+                    empty=empty, repairs=tuple(repairs), margin=margin, target=target,
+                    budget_source=resolved.source)
 
 
 @dataclass(slots=True)

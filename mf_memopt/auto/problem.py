@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ..config.plan import Plan
-from ..estimate.memory import in_flight, stage_parameters
+from ..estimate.memory import in_flight, stage_params
 from ..estimate.spec import ModelSpec, OptimizerSpec, ParallelSpec
 from ..estimate.transfer import Hardware
 from .choices import Choice, Footprint, footprints
@@ -55,8 +55,8 @@ def stage_problems(plan: Plan, spec: tuple[ModelSpec, ParallelSpec, OptimizerSpe
             limits: AscendStage | CpuStage = CpuStage(family=family, model=model, terms=terms, positions=n)
         else:
             limits = AscendStage(model=model, parallel=parallel, optimizer=optimizer,
-                                 params=stage_parameters(model, parallel, [layer.layer for layer in members], first,
-                                                         last),
+                                 params=stage_params(model, parallel, [layer.layer for layer in members], first,
+                                                     last),
                                  factor=in_flight(stage, parallel, plan.layout.chunks), first=first, last=last,
                                  positions=n)
         positions = tuple(tuple(option for footprint in at[index]

@@ -12,8 +12,8 @@ def auto_text(result: AutoPlan) -> str:
     host = "unlimited" if result.host_budget == INFINITE else human(result.host_budget)
     family = ("layer indices with swap" if result.family == "indices"
               else "per-stage counts (no swap)")
-    lines = [f"{result.config}: {result.runtime} runtime; budget {human(result.budget)} of device memory per stage, "
-             f"host memory {host}; plan written as {family}", _margin_line(result), ""]
+    lines = [f"{result.config}: {result.runtime} runtime; budget {human(result.budget)} of device memory per stage "
+             f"(from {result.budget_source}), host memory {host}; plan written as {family}", _margin_line(result), ""]
     nothing, full = result.references["nothing"], result.references["full recompute"]
     rows = [["stage", "layers", "budget", "predicted peak", "host (swap)", "overhead", "nothing: peak", "overhead",
              "full recompute: peak", "overhead"]]
@@ -47,6 +47,7 @@ def _margin_line(result: AutoPlan) -> str:
 def auto_json(result: AutoPlan) -> dict:
     return {
         "config": result.config, "runtime": result.runtime, "budget_bytes": result.budget,
+        "budget_source": result.budget_source,
         "margin": result.margin, "target_bytes": result.target,
         "host_budget_bytes": None if result.host_budget == INFINITE else result.host_budget,
         "family": result.family, "empty": result.empty, "fits": result.fits, "feasible": True,

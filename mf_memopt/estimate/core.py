@@ -9,16 +9,16 @@ from ..config.errors import ConfigIssue, raise_if_errors
 from ..config.load import plan_source
 from ..config.plan import LayerPlan, Plan
 from ..config.source import Source, load_source
+from .budget import device_budget
 from .compress import compress_effect
 from .effects import LayerEffect, layer_effect
-from .memory import StagePeak, ascend_peak, cpu_pool_peak, in_flight, stage_parameters
+from .memory import StagePeak, ascend_peak, cpu_pool_peak, in_flight, stage_params
 from .spec import ModelSpec, OptimizerSpec, ParallelSpec, read_spec
 from .step import StepForm, step_form
 from .transfer import Hardware, LayerTransfer, swap_timeline
 from .versions import runtime_version_notes
 
 RUNTIMES = ("ascend", "cpu")
-DEFAULT_DEVICE_MEMORY = 64 * 2**30  # an Ascend 910B-class card
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,9 +87,11 @@ class Estimate:
     layers: tuple[LayerEstimate, ...]
     notes: tuple[str, ...]
     step: StepForm | None = None            # the training step assumed (MindFormers' template filled in)
+    budget_source: str = ""                 # where hardware.device_memory came from (`budget.device_budget`)
 
     def to_dict(self) -> dict:
         return {"config": self.config, "runtime": self.runtime, "hardware": asdict(self.hardware),
+                "budget": {"bytes": self.hardware.device_memory, "source": self.budget_source},
                 "model": self.model.to_dict(), "parallel": asdict(self.parallel),
                 "step_form": asdict(self.step) if self.step else None,
                 "stages": [stage.to_dict() for stage in self.stages],
@@ -97,7 +99,8 @@ class Estimate:
 
 
 def estimate_config(config: str | Path, *, runtime: str = "ascend", hardware: Hardware | None = None) -> Estimate:
-    """Validate and plan the YAML, then estimate every stage's peak memory and swap traffic."""
+    """Validate and plan the YAML, then estimate every stage's peak memory and swap traffic. Without
+    `hardware.device_memory` each stage is held to the YAML's budget (`budget.device_budget`)."""
     return estimate_source(load_source(config), runtime=runtime, hardware=hardware)
 
 
@@ -109,11 +112,12 @@ def estimate_source(source: Source, *, runtime: str = "ascend", hardware: Hardwa
     if runtime == "cpu" and plan.layout.stages > 1:
         issues.append(source.issue(("parallel_config", "pipeline_stage"), "the cpu runtime models the launcher's "
                                    "single-stage training", "estimate pipeline configs with the ascend runtime"))
+    hardware = hardware or Hardware()
+    budget = device_budget(source, runtime, hardware.device_memory, issues)
     raise_if_errors(issues)
     assert spec is not None
-    estimate = _estimate(plan, *spec, runtime=runtime,
-                         hardware=hardware or Hardware(device_memory=DEFAULT_DEVICE_MEMORY))
-    return replace(estimate, step=step_form(source))
+    estimate = _estimate(plan, *spec, runtime=runtime, hardware=replace(hardware, device_memory=budget.nbytes))
+    return replace(estimate, step=step_form(source), budget_source=budget.source)
 
 
 def _estimate(plan: Plan, model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSpec, *, runtime: str,
@@ -164,7 +168,7 @@ def _stage(model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSpec, p
     `forward_flops` their forward's sum."""
     first, last = stage == 0, stage == plan.layout.stages - 1
     decoder = tuple(layer.layer for layer in plan.layers if layer.stage == stage)
-    params = stage_parameters(model, parallel, decoder, first, last)
+    params = stage_params(model, parallel, decoder, first, last)
     factor = in_flight(stage, parallel, plan.layout.chunks)
     if runtime == "cpu":
         peak = cpu_pool_peak(plan.family, model, effects)
@@ -175,7 +179,7 @@ def _stage(model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSpec, p
     swapped = sum(effect.bytes("swapped") for effect, transfer in zip(effects, transfers)
                   if not transfer.on_device_at_turn)
     return StageEstimate(
-        stage=stage, layers=decoder, parameters=params, in_flight=factor,
+        stage=stage, layers=decoder, parameters=params.total, in_flight=factor,
         peak=peak, host_bytes=round(factor * swapped), traffic_bytes=steps * swapped,
         compute_s=steps * 3 * hardware.seconds(forward_flops),
         recompute_s=steps * hardware.seconds(sum(effect.recompute_flops for effect in effects)),

@@ -1,10 +1,13 @@
 """Peak device memory of one pipeline stage in a training step.
 
-Ascend (device memory, analytic):
-    peak = parameters + gradients (+ accumulation buffer) + optimizer states
-         + in_flight x (kept activations of the stage's layers + model-level activations)
+Ascend (device memory, analytic), the larger of two moments:
+    start of the backward = parameters (their shard with the parallel optimizer, and the gathered weights)
+         + gradients (accumulated gradients under micro-batches) + optimizer states (none with optimizer.swap)
+         + weight copies + in_flight x (kept activations of the stage's layers + model-level activations)
          + swapped activations still on the device at the forward/backward turn
          + the backward working set (a recomputed layer rebuilt, gradient temporaries, the loss)
+    optimizer step (with accumulation) = parameters + accumulated gradients + the gradients being applied
+         + optimizer states
   in_flight: micro-batches a 1F1B stage holds at its peak, min(micro_batch_num, pp - stage);
   interleaved: ((pp - stage - 1) * 2 + (chunks - 1) * pp + 1) chunk-sized units
   (Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
@@ -30,7 +33,9 @@ if TYPE_CHECKING:
     from ..models.family import ModelFamily
 
 
-STATIC = ("parameters", "gradients", "optimizer states", "gradients so far", "optimizer outputs", "weight copies",
+STATIC = ("parameters", "gradients", "optimizer states", "accumulated gradients",
+          "gathered weights (parallel optimizer)", "gradients being applied", "gradients so far", "optimizer outputs",
+          "weight copies",
           "updated parameters (AdamW outputs)",
           "decayed vocabulary parameters (AdamW, computed early)", "optimizer working set", "update being finished",
           "gradient casts", "clip-grad's last sum", "graph constants (scalar and shape inputs, a 512-byte block each)")
@@ -76,33 +81,127 @@ def in_flight(stage: int, parallel: ParallelSpec, chunks: int) -> float:
     return min(parallel.micro_batches * chunks, units) / chunks
 
 
+@dataclass(frozen=True, slots=True)
+class StageParams:
+    """The parameters (elements) one device of a stage holds, by how they are split: matrices tensor parallelism
+    splits, matrices every tensor-parallel rank holds whole (the embedding and output head with vocab_emb_dp), the
+    routed experts (split by expert parallelism), and the norms (whole)."""
+
+    split: int
+    whole: int = 0
+    experts: int = 0
+    norms: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.split + self.whole + self.experts + self.norms
+
+    def local(self, parallel: ParallelSpec) -> int:
+        """What the device keeps between steps: with the parallel optimizer each sharded kind divided by its group
+        (`shard_groups`); the norms stay whole (see `shard_groups`)."""
+        split, whole, experts = shard_groups(parallel)
+        return self.split // split + self.whole // whole + self.experts // experts + self.norms
+
+
+def shard_groups(parallel: ParallelSpec) -> tuple[int, int, int]:
+    """The parallel optimizer's group for tensor-split matrices, whole matrices and routed experts: the devices that
+    hold the same slice of the parameter (MindSpore, `mindspore/context.py`, `parallel_optimizer_config`: "the
+    data parallel group of each parameter"), capped by `optimizer_weight_shard_size` when it divides the group
+    ("cannot be divided ... will not take effect"). A tensor-split matrix repeats over data parallel, a whole one
+    over data x tensor parallel, a routed expert (held by `expert` of the data x tensor devices) over the rest.
+    Norms are below every shipped `parallel_optimizer_threshold` (a 7168-wide float32 norm is 28 KiB, the smallest
+    threshold MindSpore's default 64 KiB), so they are not sharded."""
+    if not parallel.optimizer_shard:
+        return 1, 1, 1
+    size = parallel.optimizer_shard_size
+
+    def capped(group: int) -> int:
+        return size if 0 < size < group and group % size == 0 else group
+
+    devices = parallel.data * parallel.tensor
+    return capped(parallel.data), capped(devices), capped(max(1, devices // parallel.expert))
+
+
 def stage_parameters(model: ModelSpec, parallel: ParallelSpec, layers: Sequence[int], first: bool, last: bool) -> int:
+    """The parameters one device of a stage holds before any parallel-optimizer sharding (`stage_params`)."""
+    return stage_params(model, parallel, layers, first, last).total
+
+
+def stage_params(model: ModelSpec, parallel: ParallelSpec, layers: Sequence[int], first: bool,
+                 last: bool) -> StageParams:
     """The parameters one device of a stage holds: its decoder layers (`layers`, by index: dense first layers and
     MoE layers differ), the embedding on the first stage, the final norm, the output head and the MTP layers on
     the last. Tensor parallelism splits the matrices, expert parallelism the routed experts; norms are whole."""
     t = parallel.tensor
+    split = experts = norms = whole = 0
 
-    def on_device(params: int, norms: int, experts: int) -> int:
-        return (params - norms - experts) // t + experts // parallel.expert + norms
+    def add(params: int, norm: int, expert: int) -> None:
+        nonlocal split, experts, norms
+        split += (params - norm - expert) // t
+        experts += expert // parallel.expert
+        norms += norm
 
     vocab = model.vocab * model.hidden // (1 if parallel.vocab_emb_dp else t)
-    params = sum(on_device(spec.layer_params, spec.norm_params, spec.expert_params)
-                  for spec in map(model.layer_model, layers))
+    vocab_kind = "whole" if parallel.vocab_emb_dp and t > 1 else "split"
+    embeddings = 0
+    for spec in map(model.layer_model, layers):
+        add(spec.layer_params, spec.norm_params, spec.expert_params)
     if first:
-        params += vocab
+        embeddings += vocab
     if last:
-        params += model.hidden + (0 if model.tie_embeddings and first else vocab)
-        params += model.mtp_layers * on_device(model.mtp_params, model.mtp_norm_params, model.expert_params)
+        norms += model.hidden
+        embeddings += 0 if model.tie_embeddings and first else vocab
+        for _ in range(model.mtp_layers):
+            add(model.mtp_params, model.mtp_norm_params, model.expert_params)
         if model.mtp_layers and not first and not model.tie_embeddings:
-            params += vocab         # the MTP layers embed the shifted tokens with the first stage's embedding
-    return params
+            embeddings += vocab     # the MTP layers embed the shifted tokens with the first stage's embedding
+    if vocab_kind == "whole":
+        whole = embeddings
+    else:
+        split += embeddings
+    return StageParams(split=split, whole=whole, experts=experts, norms=norms)
 
 
-def ascend_peak(model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSpec, *, params: int,
+def accumulates(parallel: ParallelSpec) -> bool:
+    """The step accumulates gradients over micro-batches (pipeline stages or gradient accumulation)."""
+    return parallel.micro_batches > 1 or parallel.grad_accumulation > 1
+
+
+def ascend_peak(model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSpec, *, params: StageParams,
                 effects: list[LayerEffect], transfers: list[LayerTransfer], factor: float, first: bool,
                 last: bool) -> StagePeak:
+    """The larger of the stage's two moments: the start of the backward (`_backward_moment`) and, when gradients
+    are accumulated, the optimizer step (`_optimizer_moment`)."""
+    backward = _backward_moment(model, parallel, optimizer, params=params, effects=effects, transfers=transfers,
+                                factor=factor, first=first, last=last)
+    if not accumulates(parallel):
+        return backward
+    return max(backward, _optimizer_moment(model, parallel, optimizer, params), key=lambda moment: moment.peak)
+
+
+def _resident(model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSpec,
+              params: StageParams) -> dict[str, int]:
+    """What lives on the device the whole step: the parameters (their shard with the parallel optimizer), the
+    accumulated gradients (MindFormers' `MFPipelineWithLossScaleCell.accu_grads`, a zero clone of the parameters:
+    whole unless `gradient_accumulation_shard`) and the optimizer states (on the host with `optimizer.swap`)."""
+    local = params.local(parallel)
+    resident = {"parameters": local * model.param_bytes}
+    if accumulates(parallel):
+        kept = local if parallel.accumulation_shard and parallel.optimizer_shard else params.total
+        resident["accumulated gradients"] = kept * model.param_bytes
+    else:
+        resident["gradients"] = params.total * model.param_bytes     # every gradient of the step, at its end
+    resident["optimizer states"] = 0 if optimizer.swap else local * optimizer.state_bytes
+    return resident
+
+
+def _backward_moment(model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSpec, *, params: StageParams,
+                     effects: list[LayerEffect], transfers: list[LayerTransfer], factor: float, first: bool,
+                     last: bool) -> StagePeak:
+    """The start of the backward: the resident tensors, the parallel optimizer's gathered weights, the gradients
+    (without accumulation: every gradient of the step; with it, a micro-batch's gradient is added into
+    `accu_grads` as it is made), the weight copies and the activations in flight."""
     dim, c = dims(model, parallel), model.compute_bytes
-    accumulation = params * model.param_bytes if parallel.micro_batches > 1 or parallel.grad_accumulation > 1 else 0
     # the last stage's final norm input, its statistics and the logits, once more for each MTP layer's own head
     heads = 1 + model.mtp_layers
     model_level = (c * dim.bsh if first else 0) + (heads * (c * dim.bsh + FP32 * dim.bs + FP32 * model.batch
@@ -110,18 +209,34 @@ def ascend_peak(model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSp
                                                    if last else 0)
     rebuilt = max((effect.bytes("recomputed") for effect in effects), default=0)
     loss = 2 * FP32 * model.batch * model.seq * model.vocab // parallel.tensor if last else 0
-    return StagePeak(kind="start of the backward", components={
-        "parameters": params * model.param_bytes,
-        "gradients": params * model.param_bytes + accumulation,
-        "optimizer states": params * optimizer.state_bytes // (parallel.data if parallel.optimizer_shard else 1),
+    components = _resident(model, parallel, optimizer, params)
+    # level1 of the parallel optimizer keeps the forward's all-gathered weight for the backward (only level3
+    # gathers again before the backward: `mindspore/context.py`, `optimizer_level`)
+    gathered = (params.total - params.local(parallel)) * model.param_bytes
+    if gathered:
+        components["gathered weights (parallel optimizer)"] = gathered
+    components.update({
         # each Linear casts its weight to the compute dtype when the parameters' dtype differs; the backward
         # reads the copy
-        "weight copies": params * model.compute_bytes if model.weight_cast else 0,
+        "weight copies": params.total * model.compute_bytes if model.weight_cast else 0,
         "activations kept": round(factor * (sum(effect.bytes("kept") for effect in effects) + model_level)),
         "swapped, still on device": sum(effect.bytes("swapped") for effect, transfer in zip(effects, transfers)
                                         if transfer.on_device_at_turn),
         "backward working set": max(rebuilt + 2 * c * dim.bsf, loss),
     })
+    return StagePeak(kind="start of the backward", components=components)
+
+
+def _optimizer_moment(model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSpec,
+                      params: StageParams) -> StagePeak:
+    """The optimizer step after accumulation: MindFormers' pipeline wrapper scales each accumulated gradient
+    into a new tensor before zeroing `accu_grads` (`tensor_grad_scale_pipeline`; with the parallel optimizer,
+    the reduce-scattered shard: `tensor_shard_grad_scale_pipeline`), and clip-grad needs all of them for the
+    global norm before the optimizer runs: a second set of gradients, in the parameters' dtype."""
+    components = _resident(model, parallel, optimizer, params)
+    applied = params.local(parallel) if parallel.optimizer_shard else params.total
+    components["gradients being applied"] = applied * model.param_bytes
+    return StagePeak(kind="optimizer step", components=components)
 
 
 def cpu_pool_peak(family: ModelFamily, model: ModelSpec, effects: list[LayerEffect]) -> StagePeak:

@@ -38,8 +38,9 @@ def parse_size(text: str) -> int:
 
 def estimate_text(estimate: Estimate) -> str:
     hardware = estimate.hardware
-    lines = [f"{estimate.config}: {estimate.runtime} runtime; device memory {human(hardware.device_memory)}, "
-             f"{hardware.tflops:g} TFLOPS, host link {hardware.host_gbps:g} GB/s per direction"]
+    lines = [f"{estimate.config}: {estimate.runtime} runtime; device memory {human(hardware.device_memory)} (from "
+             f"{estimate.budget_source}), {hardware.tflops:g} TFLOPS, host link {hardware.host_gbps:g} GB/s per "
+             "direction"]
     if estimate.step is not None:
         lines.append(f"training step: {estimate.step.describe()}")
     lines += ["", *_table(_stage_rows(estimate)), ""]

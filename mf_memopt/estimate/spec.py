@@ -222,15 +222,19 @@ class ParallelSpec:
     sequence_parallel: bool = False
     context: int = 1
     vocab_emb_dp: bool = True
-    optimizer_shard: bool = False  # parallel.enable_parallel_optimizer: optimizer states split over data parallel
+    optimizer_shard: bool = False  # parallel.enable_parallel_optimizer: weights and optimizer states split over the
+                                   # devices that hold the same slice (`memory.shard_groups`)
     grad_accumulation: int = 1
     expert: int = 1             # parallel_config.expert_parallel: each rank holds experts / expert of every MoE layer
+    optimizer_shard_size: int = -1  # parallel_optimizer_config.optimizer_weight_shard_size (-1: the whole group)
+    accumulation_shard: bool = False  # parallel_optimizer_config.gradient_accumulation_shard: accu_grads split too
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OptimizerSpec:
     kind: str                   # as written in optimizer.type
     state_bytes: int            # optimizer-state bytes per parameter (fp32 moments)
+    swap: bool = False          # optimizer.swap: MindFormers' AdamW creates its moments on the host (device='CPU')
 
 
 _OPTIMIZER_STATES = {"sgd": 0, "momentum": 4}  # Adam-like optimizers keep two fp32 moments: 8 bytes
@@ -273,10 +277,20 @@ def _parallel(source: Source) -> ParallelSpec:
         sequence_parallel=bool(config.get("use_seq_parallel", False)), context=config.get("context_parallel", 1),
         vocab_emb_dp=bool(config.get("vocab_emb_dp", True)),
         optimizer_shard=bool(source.get(("parallel", "enable_parallel_optimizer"), False)),
-        grad_accumulation=accumulation(source)[0], expert=config.get("expert_parallel", 1) or 1)
+        grad_accumulation=accumulation(source)[0], expert=config.get("expert_parallel", 1) or 1,
+        optimizer_shard_size=_int(source.get(OPTIMIZER_CONFIG + ("optimizer_weight_shard_size",), -1), -1),
+        accumulation_shard=source.get(OPTIMIZER_CONFIG + ("gradient_accumulation_shard",), False) is True)
+
+
+OPTIMIZER_CONFIG = ("parallel", "parallel_optimizer_config")
+
+
+def _int(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 def optimizer_spec(source: Source) -> OptimizerSpec:
     kind = str(source.get(("optimizer", "type"), "AdamW"))
-    return OptimizerSpec(kind=kind, state_bytes=_OPTIMIZER_STATES.get(kind.lower(), 8))
+    return OptimizerSpec(kind=kind, state_bytes=_OPTIMIZER_STATES.get(kind.lower(), 8),
+                         swap=source.get(("optimizer", "swap"), False) is True)
 

@@ -30,7 +30,7 @@ DEFAULT_HOST_GBPS = 25.0
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Hardware:
-    device_memory: int              # bytes
+    device_memory: int | None = None  # bytes; None: the YAML's budget (`budget.device_budget`)
     tflops: float = DEFAULT_TFLOPS  # sustained dense fp16/bf16 TFLOPS of one device
     host_gbps: float = DEFAULT_HOST_GBPS  # device<->host bandwidth per direction, GB/s
     operators_per_layer: int = 30   # forward operators of one decoder layer, to turn backward_prefetch into time

@@ -1,0 +1,104 @@
+"""The estimate on MindFormers' shipped pretrain YAMLs: each stage held to the YAML's own max_device_memory.
+
+The YAMLs come from the installed mindformers wheel (its `configs/` beside the package); a missing one fails.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mf_memopt.cli import main
+from mf_memopt.config.errors import ConfigError
+from mf_memopt.config.source import parse_yaml
+from mf_memopt.estimate import estimate_config
+from mf_memopt.estimate.budget import TEMPLATE_DEFAULT, device_budget
+
+SHIPPED = ("qwen3/pretrain_qwen3_32b_4k.yaml", "qwen3_moe/pretrain_qwen3_30b_a3b_4k.yaml",
+           "telechat3/pretrain_telechat3_36b.yaml", "deepseek3/pretrain_deepseek3_671b.yaml",
+           "deepseek3/pretrain_deepseek3_12b_16p_pp16.yaml")
+
+
+def shipped(name: str) -> Path:
+    spec = importlib.util.find_spec("mindformers")
+    assert spec is not None and spec.origin, "mindformers is not installed"
+    path = Path(spec.origin).parent.parent / "configs" / name
+    assert path.is_file(), f"the mindformers wheel ships no {name}"
+    return path
+
+
+def written_budget(path: Path) -> int:
+    """`context.max_device_memory` as MindSpore sizes its pool: "58GB" is 58 * 2**30 bytes (kGBToByte)."""
+    text = yaml.safe_load(path.read_text(encoding="utf-8"))["context"]["max_device_memory"]
+    assert text.endswith("GB")
+    return int(float(text[:-2]) * 2**30)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_estimate_uses_the_yamls_budget_and_every_stage_fits(name, capsys):
+    path = shipped(name)
+    assert main(["estimate", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["budget"]["bytes"] == written_budget(path) == data["hardware"]["device_memory"]
+    assert data["budget"]["source"].startswith("context.max_device_memory")
+    assert str(path) in data["budget"]["source"]
+    over = {stage["stage"]: stage["peak_bytes"] for stage in data["stages"] if not stage["fits"]}
+    assert not over, f"stages over {written_budget(path)} bytes: {over}"
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_auto_without_device_memory_plans_for_the_yamls_budget(name, tmp_path, capsys):
+    path, output = shipped(name), tmp_path / "planned.yaml"
+    assert main(["auto", str(path), "--json", "--output", str(output)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["budget_bytes"] == written_budget(path)
+    assert data["budget_source"].startswith("context.max_device_memory")
+    assert data["fits"]
+    planned = estimate_config(output)
+    assert planned.hardware.device_memory == written_budget(path)
+    assert all(stage.fits for stage in planned.stages)
+
+
+def test_device_memory_overrides_the_yaml(capsys):
+    path = shipped(SHIPPED[0])
+    assert main(["estimate", str(path), "--json", "--device-memory", "40GiB"]) == 0
+    budget = json.loads(capsys.readouterr().out)["budget"]
+    assert budget == {"bytes": 40 * 2**30, "source": "--device-memory"}
+
+
+def test_without_the_key_mindformers_template_default_stands():
+    source = parse_yaml("model: {}\n", "no_context.yaml")
+    budget = device_budget(source, "ascend")
+    assert TEMPLATE_DEFAULT == "58GB"
+    assert budget.nbytes == 58 * 2**30
+    assert "MindFormers' default" in budget.source and "no context.max_device_memory" in budget.source
+
+
+def test_a_value_above_the_card_is_not_a_cap():
+    source = parse_yaml("context:\n  max_device_memory: \"1024GB\"\n", "big.yaml")
+    budget = device_budget(source, "ascend")
+    # MindSpore's pool then takes 15/16 of a free 64 GiB card, rounded down to 2 MiB, less 10 MiB
+    assert budget.nbytes == 60 * 2**30 - 10 * 2**20
+    assert "15/16" in budget.source
+
+
+@pytest.mark.parametrize("value", ["58 GiB", "58", "0GB", "58gb"])
+def test_a_value_mindspore_rejects_is_one_clear_error(tmp_path, value):
+    path = shipped(SHIPPED[0])
+    config = tmp_path / "bad.yaml"
+    config.write_text(path.read_text(encoding="utf-8").replace('max_device_memory: "58GB"',
+                                                               f"max_device_memory: {value!r}"), encoding="utf-8")
+    assert f"max_device_memory: {value!r}" in config.read_text(encoding="utf-8")
+    with pytest.raises(ConfigError) as error:
+        estimate_config(config)
+    text = str(error.value)
+    assert "bad.yaml" in text and "context.max_device_memory" in text and "GB" in text
+
+
+def test_cpu_auto_still_needs_device_memory(capsys):
+    assert main(["auto", "configs/llama_tiny.yaml", "--runtime", "cpu"]) == 2
+    assert "--runtime cpu needs --device-memory" in capsys.readouterr().err
