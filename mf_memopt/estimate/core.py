@@ -15,7 +15,7 @@ from .effects import LayerEffect, layer_effect
 from .memory import StagePeak, ascend_peak, cpu_pool_peak, in_flight, stage_params
 from .spec import ModelSpec, OptimizerSpec, ParallelSpec, read_spec
 from .step import StepForm, step_form
-from .transfer import Hardware, LayerTransfer, swap_timeline
+from .transfer import UNSOURCED, Hardware, LayerTransfer, swap_timeline
 from .versions import runtime_version_notes
 
 RUNTIMES = ("ascend", "cpu")
@@ -92,6 +92,7 @@ class Estimate:
     def to_dict(self) -> dict:
         return {"config": self.config, "runtime": self.runtime, "hardware": asdict(self.hardware),
                 "budget": {"bytes": self.hardware.device_memory, "source": self.budget_source},
+                "hardware_source": UNSOURCED,
                 "model": self.model.to_dict(), "parallel": asdict(self.parallel),
                 "step_form": asdict(self.step) if self.step else None,
                 "stages": [stage.to_dict() for stage in self.stages],

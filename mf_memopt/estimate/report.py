@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 from .core import Estimate
+from .transfer import UNSOURCED
 
 _UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 
@@ -49,6 +50,7 @@ def estimate_text(estimate: Estimate) -> str:
               for stage in estimate.stages]
     lines += ["", *_table(_layer_rows(estimate))]
     lines += [f"note: {note}" for note in estimate.notes]
+    lines.append(f"note: {UNSOURCED}")
     if estimate.runtime == "cpu":
         lines.append("note: cpu runtime: the MindSpore memory-pool peak of the CPU launcher (parameters and optimizer "
                      "moments are host tensors there); nothing is swapped on CPU")

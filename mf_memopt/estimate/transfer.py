@@ -23,9 +23,13 @@ from dataclasses import dataclass
 
 from .effects import LayerEffect
 
-# An Ascend 910B-class card; both throughputs are assumptions (see docs/estimator.md).
+# Meant to describe one Ascend 910B card; neither throughput nor the operator count has a source (no datasheet,
+# nothing in MindSpore or MindFormers, nothing measured): docs/estimator.md, "Time figures".
 DEFAULT_TFLOPS = 150.0
 DEFAULT_HOST_GBPS = 25.0
+UNSOURCED = ("the time figures assume 150 TFLOPS, 25 GB/s per direction to the host and 30 operators per layer "
+             "by default, meant for one Ascend 910B card but read from no datasheet, source or measurement; "
+             "give --tflops and --host-bandwidth measured on your cards")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
