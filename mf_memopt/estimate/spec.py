@@ -250,7 +250,8 @@ def read_spec(source: Source, family: ModelFamily, issues: list[ConfigIssue],
         return None
     if runtime == "cpu":
         issues += _cpu_dtype_issues(source, model) + family.cpu_spec_issues(source, model)
-    return model, _parallel(source), optimizer_spec(source)
+    parallel = _parallel(source)
+    return model, replace(parallel, vocab_emb_dp=parallel.vocab_emb_dp and family.vocab_emb_dp), optimizer_spec(source)
 
 
 def _cpu_dtype_issues(source: Source, model: ModelSpec) -> list[ConfigIssue]:

@@ -70,6 +70,7 @@ class ModelFamily:
     auto_cells: AutoCells
     ir_layer_scope: re.Pattern[str]          # group 1: layer index, group 2: the scope below the layer
     ir_follower_scope: re.Pattern[str] | None = None  # the same for `follower_layers` (mcore's MTP layers)
+    vocab_emb_dp: bool = True                # the family honours parallel_config.vocab_emb_dp (False: always split)
 
     # --- config stage -------------------------------------------------------------------------
     def view(self, source: Source) -> tuple[Source, list[ConfigIssue]]:

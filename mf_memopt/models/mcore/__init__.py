@@ -49,6 +49,10 @@ _MOE_AUTO_CELLS = AutoCells(select=("mlp", "self_attention", r"mlp\.experts"), s
 class McoreFamily(ModelFamily):
     name = "mcore"
     schema = "model_mcore"
+    # MindFormers turns vocab_emb_dp off for every mcore model (parallel_core/transformer_config.py,
+    # TransformerConfig.__post_init__: "vocab_emb_dp is not supported in MCore"): the embedding and the output
+    # head are split by model_parallel
+    vocab_emb_dp = False
     keys = ModelKeys(num_layers=(*MODEL, "num_hidden_layers"), interleave=(*MODEL, "pp_interleave_num"),
                      offset=(*MODEL, "offset"), seq_length=(*MODEL, "seq_length"),
                      vocab_size=(*MODEL, "vocab_size"), hidden_size=(*MODEL, "hidden_size"))
