@@ -46,6 +46,7 @@ def test_estimate_uses_the_yamls_budget_and_every_stage_fits(name, capsys):
     assert data["budget"]["bytes"] == written_budget(path) == data["hardware"]["device_memory"]
     assert data["budget"]["source"].startswith("context.max_device_memory")
     assert str(path) in data["budget"]["source"]
+    assert "read from no datasheet, source or measurement" in data["hardware_source"]
     over = {stage["stage"]: stage["peak_bytes"] for stage in data["stages"] if not stage["fits"]}
     assert not over, f"stages over {written_budget(path)} bytes: {over}"
 
