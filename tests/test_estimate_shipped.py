@@ -103,3 +103,47 @@ def test_a_value_mindspore_rejects_is_one_clear_error(tmp_path, value):
 def test_cpu_auto_still_needs_device_memory(capsys):
     assert main(["auto", "configs/llama_tiny.yaml", "--runtime", "cpu"]) == 2
     assert "--runtime cpu needs --device-memory" in capsys.readouterr().err
+
+
+def test_pipeline_gradients_are_one_accumulated_set():
+    """Qwen3 32B (pipeline 4, 4 micro-batches, no parallel optimizer): accu_grads once, the size of the
+    parameters, and the optimizer step's applied gradients the same again."""
+    estimate = estimate_config(shipped(SHIPPED[0]))
+    for stage in estimate.stages:
+        components = stage.peak.components
+        assert components["accumulated gradients"] == components["parameters"] == 4 * stage.parameters
+        assert "gradients" not in components
+        if stage.peak.kind == "optimizer step":
+            assert components["gradients being applied"] == components["parameters"]
+
+
+def test_deepseek_671b_parallel_optimizer_and_optimizer_swap():
+    """Data parallel 4, tensor 8, experts 32 with the parallel optimizer and optimizer.swap: no optimizer
+    states on the device; the dense weights split over data parallel 4 (shard size 256 does not divide it), the
+    routed experts (32 of the 4 x 8 devices) not split; the gathered weights live at the start of the backward."""
+    from mf_memopt.estimate.memory import shard_groups
+
+    estimate = estimate_config(shipped(SHIPPED[3]))
+    assert estimate.parallel.optimizer_shard and estimate.parallel.optimizer_shard_size == 256
+    assert shard_groups(estimate.parallel) == (4, 32, 1)
+    for stage in estimate.stages:
+        components = stage.peak.components
+        assert components["optimizer states"] == 0
+        resident = components["parameters"] + components.get("gathered weights (parallel optimizer)", 0)
+        if stage.peak.kind == "start of the backward":
+            assert resident == 4 * stage.parameters
+            assert components["gathered weights (parallel optimizer)"] > 0
+        assert components["accumulated gradients"] == 4 * stage.parameters   # gradient_accumulation_shard: False
+        assert components["parameters"] < 4 * stage.parameters
+
+
+def test_mcore_splits_the_embedding_whatever_vocab_emb_dp_says():
+    """MindFormers turns vocab_emb_dp off for mcore models: TeleChat3 36B's first stage holds 1/8 of the
+    embedding (model_parallel 8), although the YAML leaves vocab_emb_dp at its default."""
+    estimate = estimate_config(shipped(SHIPPED[2]))
+    model = estimate.model
+    assert not estimate.parallel.vocab_emb_dp
+    first, last = estimate.stages
+    layer = model.layer_model(0)
+    per_layer = (layer.layer_params - layer.norm_params) // 8 + layer.norm_params
+    assert first.parameters == len(first.layers) * per_layer + model.vocab * model.hidden // 8
