@@ -109,8 +109,9 @@ def shard_groups(parallel: ParallelSpec) -> tuple[int, int, int]:
     data parallel group of each parameter"), capped by `optimizer_weight_shard_size` when it divides the group
     ("cannot be divided ... will not take effect"). A tensor-split matrix repeats over data parallel, a whole one
     over data x tensor parallel, a routed expert (held by `expert` of the data x tensor devices) over the rest.
-    Norms are below every shipped `parallel_optimizer_threshold` (a 7168-wide float32 norm is 28 KiB, the smallest
-    threshold MindSpore's default 64 KiB), so they are not sharded."""
+    Parameters under `parallel_optimizer_threshold` KiB stay whole; the threshold is not read: the norms are taken
+    as under it (a 7168-wide float32 norm is 28 KiB, MindSpore's default threshold 64 KiB) and every matrix as
+    over it."""
     if not parallel.optimizer_shard:
         return 1, 1, 1
     size = parallel.optimizer_shard_size
@@ -142,7 +143,6 @@ def stage_params(model: ModelSpec, parallel: ParallelSpec, layers: Sequence[int]
         norms += norm
 
     vocab = model.vocab * model.hidden // (1 if parallel.vocab_emb_dp else t)
-    vocab_kind = "whole" if parallel.vocab_emb_dp and t > 1 else "split"
     embeddings = 0
     for spec in map(model.layer_model, layers):
         add(spec.layer_params, spec.norm_params, spec.expert_params)
@@ -155,8 +155,8 @@ def stage_params(model: ModelSpec, parallel: ParallelSpec, layers: Sequence[int]
             add(model.mtp_params, model.mtp_norm_params, model.expert_params)
         if model.mtp_layers and not first and not model.tie_embeddings:
             embeddings += vocab     # the MTP layers embed the shifted tokens with the first stage's embedding
-    if vocab_kind == "whole":
-        whole = embeddings
+    if parallel.vocab_emb_dp and t > 1:
+        whole = embeddings          # every tensor-parallel rank holds the embedding and the head whole
     else:
         split += embeddings
     return StageParams(split=split, whole=whole, experts=experts, norms=norms)
