@@ -14,9 +14,11 @@ import yaml
 
 from mf_memopt.cli import main
 from mf_memopt.config.errors import ConfigError
-from mf_memopt.config.source import parse_yaml
+from mf_memopt.config.source import load_source, parse_yaml
 from mf_memopt.estimate import estimate_config
 from mf_memopt.estimate.budget import TEMPLATE_DEFAULT, device_budget
+from mf_memopt.estimate.memory import _backward_moment, shard_groups, stage_params
+from mf_memopt.estimate.spec import optimizer_spec
 
 SHIPPED = ("qwen3/pretrain_qwen3_32b_4k.yaml", "qwen3_moe/pretrain_qwen3_30b_a3b_4k.yaml",
            "telechat3/pretrain_telechat3_36b.yaml", "deepseek3/pretrain_deepseek3_671b.yaml",
@@ -121,8 +123,6 @@ def test_deepseek_671b_parallel_optimizer_and_optimizer_swap():
     """Data parallel 4, tensor 8, experts 32 with the parallel optimizer and optimizer.swap: no optimizer
     states on the device; the dense weights split over data parallel 4 (shard size 256 does not divide it), the
     routed experts (32 of the 4 x 8 devices) not split; the gathered weights live at the start of the backward."""
-    from mf_memopt.estimate.memory import shard_groups
-
     estimate = estimate_config(shipped(SHIPPED[3]))
     assert estimate.parallel.optimizer_shard and estimate.parallel.optimizer_shard_size == 256
     assert shard_groups(estimate.parallel) == (4, 32, 1)
@@ -147,3 +147,23 @@ def test_mcore_splits_the_embedding_whatever_vocab_emb_dp_says():
     layer = model.layer_model(0)
     per_layer = (layer.layer_params - layer.norm_params) // 8 + layer.norm_params
     assert first.parameters == len(first.layers) * per_layer + model.vocab * model.hidden // 8
+
+
+@pytest.mark.parametrize(("level", "gathered", "accumulation_split"),
+                         [("level1", True, False), ("level2", True, True), ("level3", False, True)])
+def test_optimizer_level(tmp_path, level, gathered, accumulation_split):
+    """MindSpore's optimizer_level: level2 splits the accumulated gradients like the weights, level3 also
+    gathers the weights again before the backward instead of keeping the forward's copy."""
+    data = yaml.safe_load(shipped(SHIPPED[3]).read_text(encoding="utf-8"))
+    data["parallel"]["parallel_optimizer_config"]["optimizer_level"] = level
+    config = tmp_path / "levels.yaml"
+    config.write_text(yaml.safe_dump(data), encoding="utf-8")
+    estimate = estimate_config(config)
+    assert estimate.parallel.optimizer_level == level
+    last = estimate.stages[-1]
+    params = stage_params(estimate.model, estimate.parallel, last.layers, first=False, last=True)
+    backward = _backward_moment(estimate.model, estimate.parallel, optimizer_spec(load_source(config)),
+                                params=params, effects=[], transfers=[], factor=1.0, first=False, last=True)
+    assert ("gathered weights (parallel optimizer)" in backward.components) == gathered
+    expected = params.local(estimate.parallel) if accumulation_split else params.total
+    assert backward.components["accumulated gradients"] == 4 * expected

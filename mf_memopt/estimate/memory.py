@@ -183,11 +183,13 @@ def _resident(model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSpec
               params: StageParams) -> dict[str, int]:
     """What lives on the device the whole step: the parameters (their shard with the parallel optimizer), the
     accumulated gradients (MindFormers' `MFPipelineWithLossScaleCell.accu_grads`, a zero clone of the parameters:
-    whole unless `gradient_accumulation_shard`) and the optimizer states (on the host with `optimizer.swap`)."""
+    whole unless `gradient_accumulation_shard` or `optimizer_level` level2/level3 split them like the weights) and
+    the optimizer states (on the host with `optimizer.swap`)."""
     local = params.local(parallel)
     resident = {"parameters": local * model.param_bytes}
     if accumulates(parallel):
-        kept = local if parallel.accumulation_shard and parallel.optimizer_shard else params.total
+        split = parallel.accumulation_shard or parallel.optimizer_level in ("level2", "level3")
+        kept = local if split and parallel.optimizer_shard else params.total
         resident["accumulated gradients"] = kept * model.param_bytes
     else:
         resident["gradients"] = params.total * model.param_bytes     # every gradient of the step, at its end
@@ -210,9 +212,10 @@ def _backward_moment(model: ModelSpec, parallel: ParallelSpec, optimizer: Optimi
     rebuilt = max((effect.bytes("recomputed") for effect in effects), default=0)
     loss = 2 * FP32 * model.batch * model.seq * model.vocab // parallel.tensor if last else 0
     components = _resident(model, parallel, optimizer, params)
-    # level1 of the parallel optimizer keeps the forward's all-gathered weight for the backward (only level3
-    # gathers again before the backward: `mindspore/context.py`, `optimizer_level`)
-    gathered = (params.total - params.local(parallel)) * model.param_bytes
+    # levels 1 and 2 of the parallel optimizer keep the forward's all-gathered weight for the backward; level3
+    # gathers again before the backward instead (`mindspore/context.py`, `optimizer_level`)
+    kept_gathered = parallel.optimizer_level != "level3"
+    gathered = (params.total - params.local(parallel)) * model.param_bytes if kept_gathered else 0
     if gathered:
         components["gathered weights (parallel optimizer)"] = gathered
     components.update({

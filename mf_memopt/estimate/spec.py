@@ -228,6 +228,7 @@ class ParallelSpec:
     expert: int = 1             # parallel_config.expert_parallel: each rank holds experts / expert of every MoE layer
     optimizer_shard_size: int = -1  # parallel_optimizer_config.optimizer_weight_shard_size (-1: the whole group)
     accumulation_shard: bool = False  # parallel_optimizer_config.gradient_accumulation_shard: accu_grads split too
+    optimizer_level: str = "level1"  # parallel_optimizer_config.optimizer_level (MindSpore's default level1)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -280,7 +281,8 @@ def _parallel(source: Source) -> ParallelSpec:
         optimizer_shard=bool(source.get(("parallel", "enable_parallel_optimizer"), False)),
         grad_accumulation=accumulation(source)[0], expert=config.get("expert_parallel", 1) or 1,
         optimizer_shard_size=_int(source.get(OPTIMIZER_CONFIG + ("optimizer_weight_shard_size",), -1), -1),
-        accumulation_shard=source.get(OPTIMIZER_CONFIG + ("gradient_accumulation_shard",), False) is True)
+        accumulation_shard=source.get(OPTIMIZER_CONFIG + ("gradient_accumulation_shard",), False) is True,
+        optimizer_level=str(source.get(OPTIMIZER_CONFIG + ("optimizer_level",), "level1")))
 
 
 OPTIMIZER_CONFIG = ("parallel", "parallel_optimizer_config")
