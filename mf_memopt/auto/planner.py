@@ -100,15 +100,17 @@ class AutoPlan:
 
 def auto_plan(config: str | Path, *, budget: int, runtime: str = "ascend", host_budget: float = INFINITE,
               hardware: Hardware | None = None, choices: tuple[Choice, ...] | None = None,
-              output_name: str | None = None, margin: float | None = None) -> AutoPlan:
+              output_name: str | None = None, margin: float | None = None, source: Source | None = None) -> AutoPlan:
     """Plan `config` for `budget` bytes of device memory per stage, predicted peaks held to the budget less
-    `margin` (the runtime's default when None); raises `InfeasibleBudget` or `ConfigError`."""
+    `margin` (the runtime's default when None); raises `InfeasibleBudget` or `ConfigError`. `source`, when given,
+    is `config` already read (and perhaps rewritten in memory, as `auto --balance` rewrites its offsets)."""
     margin = default_margin(runtime) if margin is None else margin
     if not 0 <= margin < 1:
         raise ValueError(f"the margin is a share of the budget in [0, 1), got {margin}")
     target = budget - round(budget * margin)
     path = Path(config)
-    source = load_source(path)          # the guarded reader, base_config followed, as every command reads
+    if source is None:
+        source = load_source(path)      # the guarded reader, base_config followed, as every command reads
     context = _Context.read(source, runtime, hardware or Hardware(device_memory=budget), source.text,
                             output_name or str(path))
     references = {"nothing": context.estimate_of(context.uniform(KEEP)),
