@@ -1,0 +1,118 @@
+"""`auto --balance` on the pipeline YAMLs the mindformers wheel ships: the written YAML validates, its offsets and
+recompute/swap give the same per-layer plan in mf_memopt and in MindFormers' own `LayerSetting`, every stage's
+estimate fits the budget, and the step time is no worse than the plan as written; a budget nothing meets names the
+smallest that works."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import SimpleNamespace
+
+import mindspore as ms
+import pytest
+from mindformers.modules import transformer
+from mindformers.parallel_core.training_graph.transformer import utils as layer_utils
+
+from mf_memopt import load_plan
+from mf_memopt.auto import InfeasibleBudget
+from mf_memopt.auto.balance import _Pipeline, balance_plan
+from mf_memopt.config.render import formative_lines
+from mf_memopt.config.rules import Kind
+from mf_memopt.config.source import load_source
+from mf_memopt.estimate import Hardware, estimate_config
+from mf_memopt.estimate.report import parse_size
+
+pytestmark = pytest.mark.mindspore
+
+WHEEL = Path(importlib.util.find_spec("mindformers").origin).parents[1] / "configs"
+SHIPPED = ("qwen3/pretrain_qwen3_32b_4k.yaml", "telechat3/pretrain_telechat3_36b.yaml",
+           "deepseek3/pretrain_deepseek3_671b.yaml", "deepseek3/pretrain_deepseek3_12b_16p_pp16.yaml")
+
+
+def _budget(path: Path) -> int:
+    """The YAML's own `context.max_device_memory`."""
+    return parse_size(str(load_source(path).get(("context", "max_device_memory"))).replace(" ", ""))
+
+
+def _balanced(path: Path, budget: int):
+    """The balanced plan for the budget, or, when nothing fits it, for the smallest budget the error names."""
+    try:
+        return balance_plan(path, budget=budget), budget
+    except InfeasibleBudget as error:
+        smallest = error.minimum[error.binding]
+        assert smallest > budget
+        return balance_plan(path, budget=smallest), smallest
+
+
+def _layer_setting(plan, data: dict):
+    """MindFormers' own `LayerSetting` for the written offsets, recompute and swap."""
+    layout = plan.layout
+    ms.set_auto_parallel_context(pipeline_config={"pipeline_interleave": layout.chunks > 1,
+                                                  "pipeline_scheduler": "1f1b"})
+    recompute, swap = data["recompute_config"], data["swap_config"]
+    config = transformer.TransformerRecomputeConfig(recompute=recompute["recompute"],
+                                                    select_recompute=recompute["select_recompute"])
+    swaps = transformer.TransformerSwapConfig(swap=swap["swap"], layer_swap=swap.get("layer_swap", []),
+                                              op_swap=swap.get("op_swap", []))
+    parallel = SimpleNamespace(recompute=config, swap=swaps, pipeline_stage=layout.stages,
+                               gradient_aggregation_group=4)
+    offset = data["model"]["model_config"]["offset"]
+    return layer_utils.LayerSetting(layout.num_layers, offset, parallel, layout.chunks)
+
+
+def _selects(layers) -> bool:
+    """Whether a formative entry (layer indices, or counts per chunk and stage) selects some layer."""
+    return any(_selects(item) if isinstance(item, list) else bool(item) for item in layers)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_balance_writes_a_yaml_mindformers_lays_out_as_planned(name, tmp_path):
+    path = WHEEL / name
+    result, budget = _balanced(path, _budget(path))
+    written = tmp_path / "balanced.yaml"
+    written.write_text(result.text)
+    plan = load_plan(written)             # validates: a ConfigError otherwise
+    data = load_source(written).data
+    offsets = data["model"]["model_config"]["offset"]
+    assert offsets == result.balanced.offsets
+    added = sum(map(sum, offsets)) if plan.layout.chunks > 1 else sum(offsets)
+    assert added == plan.num_layers % (plan.layout.stages * plan.layout.chunks)     # MindFormers' rule
+    theirs = _layer_setting(plan, data)
+    assert [layer.stage for layer in plan.layers] == [int(stage) for stage in theirs.pp_ids]
+    assert [layer.chunk for layer in plan.layers] == [int(chunk) for chunk in theirs.interleave_ids]
+    # the normalised forms MindFormers logs ('Formative ...'): counts per chunk and stage, or layer indices with swap
+    ours = formative_lines(plan)
+    assert ours[0] == f"Formative layer_recompute: {theirs.layer_recompute}"
+
+    def form(layers):
+        return sorted(layers) if plan.rules.swap else plan.layout.chunk_counts(layers)
+
+    # the patterns that select some layer (without select_recompute LayerSetting lists its default patterns, with
+    # no layers)
+    selected = {pattern: layers for pattern, layers in theirs.select_recompute.items() if _selects(layers)}
+    assert {rule.pattern: form(rule.layers) for rule in plan.rules.of_kind(Kind.SELECT) if rule.layers} == selected
+    if plan.swap:
+        assert f"Formative layer swap: {theirs.layer_swap}" in ours
+        assert f"Formative op swap: {theirs.op_swap}" in ours
+    # every stage of the written YAML fits, as `estimate` sees it
+    estimate = estimate_config(written, hardware=Hardware(device_memory=budget))
+    assert all(stage.peak.peak <= budget for stage in estimate.stages)
+    assert [stage.peak.peak for stage in estimate.stages] == [stage.peak for stage in result.balanced.stages]
+    # no slower than the plan as written, when that plan fits the same budget
+    if all(stage.peak <= budget for stage in result.written.stages):
+        assert result.balanced.step_s <= result.written.step_s * (1 + 1e-9)
+
+
+def test_a_budget_nothing_meets_names_the_smallest_that_works():
+    path = WHEEL / "qwen3/pretrain_qwen3_32b_4k.yaml"
+    with pytest.raises(InfeasibleBudget) as caught:
+        balance_plan(path, budget=30 * 2**30)
+    error = caught.value
+    smallest = error.minimum[error.binding]
+    assert smallest == max(error.minimum.values()) > 30 * 2**30
+    # the named budget works, and the programme's lower bound over every layout is within 1% under it
+    result = balance_plan(path, budget=smallest)
+    assert max(stage.peak for stage in result.balanced.stages) <= smallest
+    pipeline = _Pipeline.read(load_source(path), Hardware(device_memory=smallest))
+    assert 0.99 * smallest <= pipeline.least_peak(float("inf")) <= smallest
