@@ -32,6 +32,7 @@ confirmed by the exact search, is the smallest budget named in `InfeasibleBudget
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
 import time
@@ -118,10 +119,10 @@ def balance_plan(config: str | Path, *, budget: int, host_budget: float = INFINI
     target = budget - round(budget * margin_share)
     written = model.times(model.estimate(source), model.offsets_of(source))
 
-    def exact(offsets: list, held: int = budget) -> AutoPlan:
+    def exact(offsets: list, held: int = budget, minimum: bool = True) -> AutoPlan:
         edited = model.with_offsets(source, offsets)
         return auto_plan(path, budget=held, runtime="ascend", host_budget=host_budget, hardware=hardware,
-                         output_name=output_name or str(path), margin=margin, source=edited)
+                         output_name=output_name or str(path), margin=margin, source=edited, minimum=minimum)
 
     notes: list[str] = []
     candidates: list[tuple[str, list, AutoPlan]] = []
@@ -140,13 +141,10 @@ def balance_plan(config: str | Path, *, budget: int, host_budget: float = INFINI
                          + ", ".join(f"{stage} (+{value / _MIB:.0f} MiB)" for stage, value in over.items())
                          + "; those stages' budgets lowered in the programme")
             caps = [cap - over.get(stage, 0) for stage, cap in enumerate(caps)]
-    as_written = None
-    try:
-        candidates.append(("as written", written.offsets, exact(written.offsets)))
-    except InfeasibleBudget as error:   # the layout as written may have no plan within the budget
-        as_written = error
+    with contextlib.suppress(InfeasibleBudget):    # the layout as written may have no plan within the budget
+        candidates.append(("as written", written.offsets, exact(written.offsets, minimum=False)))
     if not candidates:
-        raise model.infeasible(budget, host_budget, margin_share, exact, as_written)
+        raise model.infeasible(budget, host_budget, margin_share, exact, lambda: exact(written.offsets))
     scored = [(model.times(plan.estimate, offsets), name, plan) for name, offsets, plan in candidates]
     best, name, plan = min(scored, key=lambda item: (item[0].step_s, item[1] != "balanced"))
     return Balanced(config=str(path), budget=budget, written=written, balanced=best, plan=plan, layout=name,
@@ -276,13 +274,13 @@ class _Pipeline:
         return grid[0] if chunks == 1 else grid
 
     def _fewest(self, stage: int) -> int:
-        """The fewest layers a stage may take: MindFormers lets only the first chunk of the first stage and the
-        last chunk of the last stage be empty; the dense first layers all fit the first chunk."""
+        """The fewest layers a stage may take. MindFormers lets only the first chunk of the first stage and the last
+        chunk of the last stage be empty; the per-stage search plans a stage's layers, so every stage keeps one;
+        the dense first layers all fit the first chunk."""
         chunks = self.layout.chunks
         if stage == 0:
-            fewest = 0 if chunks == 1 else chunks
-            return max(fewest, chunks * (self.dense - 1) + 1) if self.dense else fewest
-        return chunks - 1 if stage == self.stages - 1 else chunks
+            return max(chunks, chunks * (self.dense - 1) + 1)
+        return max(1, chunks - 1) if stage == self.stages - 1 else chunks
 
     def with_offsets(self, source: Source, offsets: list) -> Source:
         """The source with `offsets` written in its data and in its top file's text (the line of the offset key
@@ -318,8 +316,7 @@ class _Pipeline:
         found = program.solve()
         return None if found is None else found[highest]
 
-    def infeasible(self, budget: int, host_budget: float, margin: float, exact,
-                   written: InfeasibleBudget | None) -> InfeasibleBudget:
+    def infeasible(self, budget: int, host_budget: float, margin: float, exact, written) -> InfeasibleBudget:
         """The smallest budget that works, per stage the peaks of the plan made for it.
 
         The programme's least largest peak is a lower bound; the exact search on the programme's layout for
@@ -339,9 +336,11 @@ class _Pipeline:
                 need = max(need + _MIB, max(error.minimum.values()) - round(max(error.minimum.values()) * margin))
                 continue
             return InfeasibleBudget(budget, {stage.stage: stage.peak.peak for stage in plan.estimate.stages}, margin)
-        if written is None:
-            raise RuntimeError("no layout reached a budget the exact search confirms")
-        return written
+        try:
+            written()
+        except InfeasibleBudget as error:
+            return error
+        raise RuntimeError("the layout as written has no plan within the budget, yet planning it succeeded")
 
     def _program(self, host_budget: float) -> _Program:
         """The programme over stage sizes: a stage's peak and time depend on how many layers of each kind take
