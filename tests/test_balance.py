@@ -6,6 +6,7 @@ smallest that works."""
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,6 +18,7 @@ from mindformers.parallel_core.training_graph.transformer import utils as layer_
 from mf_memopt import load_plan
 from mf_memopt.auto import InfeasibleBudget
 from mf_memopt.auto.balance import _Pipeline, balance_plan
+from mf_memopt.cli import main
 from mf_memopt.config.render import formative_lines
 from mf_memopt.config.rules import Kind
 from mf_memopt.config.source import load_source
@@ -116,3 +118,17 @@ def test_a_budget_nothing_meets_names_the_smallest_that_works():
     assert max(stage.peak for stage in result.balanced.stages) <= smallest
     pipeline = _Pipeline.read(load_source(path), Hardware(device_memory=smallest))
     assert 0.99 * smallest <= pipeline.least_peak(float("inf")) <= smallest
+
+
+def test_the_cli_prints_both_plans_and_writes_the_yaml(tmp_path, capsys):
+    output = tmp_path / "balanced.yaml"
+    assert main(["auto", str(WHEEL / SHIPPED[0]), "--device-memory", "58GB", "--balance", "-o", str(output)]) == 0
+    printed = capsys.readouterr().out
+    assert "written: layers" in printed and "balanced: layers" in printed and "predicted step time" in printed
+    assert output.read_text().startswith("# mf_memopt auto: pipeline layout chosen by auto --balance")
+    load_plan(output)
+    assert main(["auto", str(WHEEL / SHIPPED[0]), "--device-memory", "30GiB", "--balance", "--json"]) == 1
+    captured = capsys.readouterr()
+    assert "auto --balance: infeasible" in captured.err and "The smallest budget that works" in captured.err
+    assert json.loads(captured.out)["smallest_budget_bytes"] > 30 * 2**30
+    assert main(["auto", str(WHEEL / SHIPPED[0]), "--device-memory", "58GB", "--balance", "--runtime", "cpu"]) == 2

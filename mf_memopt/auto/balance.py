@@ -55,6 +55,7 @@ from .choices import Choice, choice_set, footprints
 from .limits import _AWAY, _synthetic
 from .planner import INFINITE, AutoPlan, InfeasibleBudget, auto_plan
 from .problem import _mtp_prints, hidden_prefetch
+from .writer import HEADER_MARK
 
 REPAIRS = 3
 _MIB = 1 << 20
@@ -89,14 +90,11 @@ class Balanced:
     budget: int
     written: PipelinePlan       # the YAML as written (its offsets and its recompute)
     balanced: PipelinePlan      # the chosen offsets with the exact plan for them
-    plan: AutoPlan              # the exact search's result for the chosen offsets (`plan.text` is the YAML)
+    plan: AutoPlan              # the exact search's result for the chosen offsets
     layout: str                 # "balanced" or "as written": which offsets won
     wall_s: float               # planning time, reading the YAML included
+    text: str                   # the written YAML: the plan's, with the layout's lines on top of its header
     notes: tuple[str, ...] = ()
-
-    @property
-    def text(self) -> str:
-        return self.plan.text
 
     @property
     def ratio(self) -> float:
@@ -147,8 +145,12 @@ def balance_plan(config: str | Path, *, budget: int, host_budget: float = INFINI
         raise model.infeasible(budget, host_budget, margin_share, exact, lambda: exact(written.offsets))
     scored = [(model.times(plan.estimate, offsets), name, plan) for name, offsets, plan in candidates]
     best, name, plan = min(scored, key=lambda item: (item[0].step_s, item[1] != "balanced"))
+    header = [f"{HEADER_MARK} pipeline layout chosen by auto --balance: offset {best.offsets} (as written: "
+              f"{written.offsets}); predicted step time {best.step_s:.3f} s (as written: {written.step_s:.3f} s), "
+              f"the slowest stage's time x (micro-batches + (stages - 1) / chunks) / micro-batches"]
     return Balanced(config=str(path), budget=budget, written=written, balanced=best, plan=plan, layout=name,
-                    wall_s=time.perf_counter() - started, notes=tuple(notes))
+                    wall_s=time.perf_counter() - started, text="\n".join(header) + "\n" + plan.text,
+                    notes=tuple(notes))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
