@@ -132,3 +132,17 @@ def test_the_cli_prints_both_plans_and_writes_the_yaml(tmp_path, capsys):
     assert "auto --balance: infeasible" in captured.err and "The smallest budget that works" in captured.err
     assert json.loads(captured.out)["smallest_budget_bytes"] > 30 * 2**30
     assert main(["auto", str(WHEEL / SHIPPED[0]), "--device-memory", "58GB", "--balance", "--runtime", "cpu"]) == 2
+
+
+def test_offsets_are_added_when_the_yaml_has_none(tmp_path):
+    text = (WHEEL / SHIPPED[0]).read_text()
+    assert text.count("    offset: [-1, -1, 1, 1]\n") == 1
+    path = tmp_path / "no_offset.yaml"
+    path.write_text(text.replace("    offset: [-1, -1, 1, 1]\n", ""))
+    result = balance_plan(path, budget=parse_size("58GB"))
+    assert result.written.offsets == [0, 0, 0, 0]
+    written = tmp_path / "balanced.yaml"
+    written.write_text(result.text)
+    assert load_source(written).get(("model", "model_config", "offset")) == result.balanced.offsets
+    assert [load_plan(written).layout.stage_size(stage) for stage in range(4)] == \
+        [len(stage.layers) for stage in result.balanced.stages]

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import re
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -58,6 +57,7 @@ from .problem import _mtp_prints, hidden_prefetch
 from .writer import HEADER_MARK
 
 REPAIRS = 3
+TIME_LIMIT_S = 30.0     # per programme; the shipped configs solve in about a second
 _MIB = 1 << 20
 
 
@@ -205,6 +205,10 @@ class _Pipeline:
             issues.append(source.issue(("parallel_config", "pipeline_stage"), "auto --balance moves layers between "
                                        "pipeline stages; this config has one stage", "set "
                                        "parallel_config.pipeline_stage above 1, or plan without --balance"))
+        if _offset_place(source, keys.offset) is None:
+            issues.append(source.issue(keys.offset, "auto --balance writes the offsets into this file, which has no "
+                                       f"{'.'.join(keys.offset[:-1])} section of its own (it is inherited)",
+                                       f"add `{keys.offset[-1]}: 0` under {'.'.join(keys.offset[:-1])} in this file"))
         raise_if_errors(issues)
         model, parallel, optimizer = spec
         family = plan.family
@@ -468,8 +472,9 @@ class _Program:
         result = milp(cost, integrality=np.array(self.integer), bounds=Bounds(self.lower, self.upper),
                       constraints=LinearConstraint(matrix.tocsr(), [row[1] for row in self.rows],
                                                    [row[2] for row in self.rows]),
-                      options={"time_limit": 60.0, "mip_rel_gap": 1e-6})
-        return result.x if result.status == 0 and result.x is not None else None
+                      options={"time_limit": TIME_LIMIT_S, "mip_rel_gap": 1e-6})
+        # status 1: the time limit, with the best solution found so far (HiGHS returns none if it has none)
+        return result.x if result.status in (0, 1) and result.x is not None else None
 
 
 def _kind(kind: ModelSpec, choices: tuple[Choice, ...], family, parallel: ParallelSpec, hardware: Hardware,
@@ -505,28 +510,28 @@ def _probe(model, parallel, optimizer, factor: float, first: bool, last: bool, p
                         per_param=per_param, per_kept=per_kept, over_rebuilt=over, floor=floor)
 
 
+def _offset_place(source: Source, key: tuple) -> tuple[int, bool] | None:
+    """Where the top file's text takes the offsets: (0-based line, True) to replace the offset key's line, (line,
+    False) to add one after a sibling key's line; None when the top file has neither (an inherited model section)."""
+    if key in source.lines and source.file_of(key) == source.file:
+        return source.lines[key] - 1, True
+    siblings = [path for path in source.lines if path[:-1] == key[:-1] and source.file_of(path) == source.file]
+    return (source.lines[siblings[0]] - 1, False) if siblings else None
+
+
 def _write_offsets(source: Source, key: tuple, offsets: list) -> str:
-    """The top file's text with the offset key's value replaced (or added after the layer count's line)."""
+    """The top file's text with the offset key's value replaced (or added after a sibling key's line)."""
     lines = source.text.splitlines()
-    value = _flow(offsets)
-    at = source.line_of(key) if source.file_of(key) == source.file else None
-    if at is not None:
-        index = at - 1
-        match = re.match(r"^(\s*)([^:#]+):", lines[index])
-        indent = len(match.group(1))
-        end = index + 1
-        while end < len(lines) and (not lines[end].strip() or len(lines[end]) - len(lines[end].lstrip()) > indent
-                                    or lines[end].lstrip().startswith("- ")):
-            if not lines[end].strip() and end + 1 < len(lines) and \
-                    len(lines[end + 1]) - len(lines[end + 1].lstrip()) <= indent:
-                break
-            end += 1
-        lines[index:end] = [f"{match.group(1)}{match.group(2)}: {value}"]
-    else:
-        sibling = next(path for path in source.lines if path[:-1] == key[:-1])
-        index = source.line_of(sibling) - 1
-        indent = len(lines[index]) - len(lines[index].lstrip())
-        lines.insert(index + 1, f"{' ' * indent}{key[-1]}: {value}")
+    index, replacing = _offset_place(source, key)
+    indent = len(lines[index]) - len(lines[index].lstrip())
+    if not replacing:
+        lines.insert(index + 1, f"{' ' * indent}{key[-1]}: {_flow(offsets)}")
+        return "\n".join(lines) + "\n"
+    end = index + 1     # a block-style value continues on deeper or list lines
+    while end < len(lines) and lines[end].strip() and (len(lines[end]) - len(lines[end].lstrip()) > indent
+                                                       or lines[end].lstrip().startswith("- ")):
+        end += 1
+    lines[index:end] = [f"{' ' * indent}{key[-1]}: {_flow(offsets)}"]
     return "\n".join(lines) + "\n"
 
 
