@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -304,7 +304,7 @@ class _Pipeline:
         """Slot sizes with the least slowest-stage time, every stage's peak within its cap; None if none."""
         program = self._program(host_budget)
         for stage, cap in enumerate(caps):
-            program.row(program.peak_terms[stage], -np.inf, cap)
+            program.row(program.peak[stage], -np.inf, cap)
         program.objective[program.slowest] = 1.0
         for stage_time in program.stage_time:
             program.objective[stage_time] = 1e-3 / self.stages   # second: the least total time
@@ -316,8 +316,8 @@ class _Pipeline:
         program = self._program(host_budget)
         highest = program.var(0, np.inf)
         for stage in range(self.stages):
-            terms = program.peak_terms[stage]
-            program.row(_Offset({**terms, highest: -1.0}, terms.constant), -np.inf, 0)
+            peak = program.peak[stage]
+            program.row(_Linear({**peak.terms, highest: -1.0}, peak.constant), -np.inf, 0)
         program.objective[highest] = 1.0
         found = program.solve()
         return None if found is None else found[highest]
@@ -377,7 +377,6 @@ class _Pipeline:
         if mtp_choice:
             program.row({var: 1.0 for var in mtp_choice.values()}, 1, 1)
         program.slowest = program.var(0, np.inf)
-        program.stage_time, program.peak_terms = [], []
         for stage in range(stages):
             last = stage == stages - 1
             memory = self.memory[stage]
@@ -421,34 +420,32 @@ class _Pipeline:
             peak = {var: memory.per_param * params.get(var, 0) + memory.per_kept * kept.get(var, 0)
                     for var in set(params) | set(kept)}
             peak[working] = 1.0
-            program.peak_terms.append(_Offset(peak, memory.intercept + memory.per_param * self.constant_params[stage]))
+            program.peak.append(_Linear(peak, memory.intercept + memory.per_param * self.constant_params[stage]))
         return program
 
 
-class _Offset(dict):
-    """Linear terms with a constant: `row` moves the constant to the bounds."""
+@dataclass(frozen=True, slots=True)
+class _Linear:
+    """A linear expression: coefficients by variable, and a constant."""
 
-    def __init__(self, terms: dict, constant: float):
-        super().__init__(terms)
-        self.constant = constant
+    terms: dict[int, float]
+    constant: float = 0.0
 
 
 @dataclass(slots=True)
 class _Program:
-    """A mixed-integer linear programme built a row at a time, solved by HiGHS through scipy."""
+    """A mixed-integer linear programme built a row at a time, solved by HiGHS through scipy; `sizes`,
+    `stage_time`, `peak` and `slowest` name the variables and expressions the callers read or bound."""
 
-    lower: list = None
-    upper: list = None
-    integer: list = None
-    rows: list = None
-    objective: dict = None
-    sizes: list = None
-    stage_time: list = None
-    peak_terms: list = None
+    lower: list[float] = field(default_factory=list)
+    upper: list[float] = field(default_factory=list)
+    integer: list[int] = field(default_factory=list)
+    rows: list[tuple[dict[int, float], float, float]] = field(default_factory=list)
+    objective: dict[int, float] = field(default_factory=dict)
+    sizes: list[int] = field(default_factory=list)          # each stage's layer count
+    stage_time: list[int] = field(default_factory=list)     # each stage's seconds per micro-batch
+    peak: list[_Linear] = field(default_factory=list)       # each stage's peak bytes
     slowest: int = -1
-
-    def __post_init__(self):
-        self.lower, self.upper, self.integer, self.rows, self.objective = [], [], [], [], {}
 
     def var(self, lower: float, upper: float, *, integer: bool = False) -> int:
         self.lower.append(lower)
@@ -456,9 +453,11 @@ class _Program:
         self.integer.append(1 if integer else 0)
         return len(self.lower) - 1
 
-    def row(self, terms: dict, lower: float, upper: float) -> None:
-        constant = getattr(terms, "constant", 0.0)
-        self.rows.append((dict(terms), lower - constant, upper - constant))
+    def row(self, expression: _Linear | dict[int, float], lower: float, upper: float) -> None:
+        """lower <= expression <= upper."""
+        if isinstance(expression, dict):
+            expression = _Linear(expression)
+        self.rows.append((expression.terms, lower - expression.constant, upper - expression.constant))
 
     def solve(self) -> np.ndarray | None:
         size = len(self.lower)
