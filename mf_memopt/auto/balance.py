@@ -115,7 +115,7 @@ def balance_plan(config: str | Path, *, budget: int, host_budget: float = INFINI
     model = _Pipeline.read(source, hardware)
     margin_share = 0.0 if margin is None else margin
     target = budget - round(budget * margin_share)
-    written = model.times(model.estimate(source), model.offsets_of(source))
+    written = model.times(model.estimate(source), model.written_offsets())
 
     def exact(offsets: list, held: int = budget, minimum: bool = True) -> AutoPlan:
         edited = model.with_offsets(source, offsets)
@@ -180,6 +180,9 @@ class _StageMemory:
 
 @dataclass(slots=True)
 class _Pipeline:
+    """What the programme needs of a pipeline config: its layout, each layer kind's footprint under every choice,
+    each stage's peak terms, the heads' time; and the programme itself."""
+
     source: Source
     model: ModelSpec
     parallel: ParallelSpec
@@ -188,7 +191,7 @@ class _Pipeline:
     offset_key: tuple
     choices: tuple[Choice, ...]
     kinds: list[_Kind]                  # [dense kind, MoE kind] or [the one kind]
-    dense: int                          # first layers of the dense kind (all in the first slot)
+    dense: int                          # first layers of the dense kind (all in the first stage's first chunk)
     mtp: _Kind | None                   # all MTP layers together, under the last layer's choice
     memory: list[_StageMemory]
     constant_params: list[int]          # per stage, outside the decoder layers (embedding, head, MTP)
@@ -197,6 +200,7 @@ class _Pipeline:
 
     @classmethod
     def read(cls, source: Source, hardware: Hardware) -> _Pipeline:
+        """Read and check the config (one `ConfigError` with every problem), then price its parts."""
         plan = plan_source(source)
         issues: list = []
         spec = read_spec(source, plan.family, issues, runtime="ascend")
@@ -263,7 +267,7 @@ class _Pipeline:
                        for stage in estimate.stages)
         return PipelinePlan(offsets=offsets, stages=stages, step_s=self.step_s([stage.seconds for stage in stages]))
 
-    def offsets_of(self, source: Source) -> list:
+    def written_offsets(self) -> list:
         """The offsets as written, in the form `offsets` writes them."""
         base = self.layout.num_layers // len(self.slots)
         grid = [[size - base for size in row] for row in self.layout.chunk_sizes]
@@ -289,8 +293,8 @@ class _Pipeline:
         return max(1, chunks - 1) if stage == self.stages - 1 else chunks
 
     def with_offsets(self, source: Source, offsets: list) -> Source:
-        """The source with `offsets` written in its data and in its top file's text (the line of the offset key
-        replaced, or one added after the layer count)."""
+        """The source with `offsets` written in its data and in its top file's text (the offset key's line
+        replaced, or one added after a key beside it)."""
         data = copy.deepcopy(source.data)
         parent = data
         for part in self.offset_key[:-1]:
@@ -301,7 +305,8 @@ class _Pipeline:
     # -- the programme --
 
     def solve(self, caps: list[float], host_budget: float) -> list[int] | None:
-        """Slot sizes with the least slowest-stage time, every stage's peak within its cap; None if none."""
+        """Each stage's layer count for the least slowest-stage time (then the least total), every stage's peak
+        within its cap; None if no layout and choices meet the caps."""
         program = self._program(host_budget)
         for stage, cap in enumerate(caps):
             program.row(program.peak[stage], -np.inf, cap)
