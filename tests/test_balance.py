@@ -127,6 +127,10 @@ def test_the_cli_prints_both_plans_and_writes_the_yaml(tmp_path, capsys):
     assert "written: layers" in printed and "balanced: layers" in printed and "predicted step time" in printed
     assert output.read_text().startswith("# mf_memopt auto: pipeline layout chosen by auto --balance")
     load_plan(output)
+    assert main(["auto", str(WHEEL / SHIPPED[0]), "--device-memory", "58GB", "--balance", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["balanced"]["offsets"] == load_source(output).get(("model", "model_config", "offset"))
+    assert data["step_time_ratio"] == data["balanced"]["step_seconds"] / data["written"]["step_seconds"]
     assert main(["auto", str(WHEEL / SHIPPED[0]), "--device-memory", "30GiB", "--balance", "--json"]) == 1
     captured = capsys.readouterr()
     assert "auto --balance: infeasible" in captured.err and "The smallest budget that works" in captured.err
