@@ -101,6 +101,10 @@ def _auto_parser(commands) -> None:
     auto.add_argument("--margin", type=_percent, metavar="PERCENT",
                       help="hold predicted peaks this many percent under the budget (default: 5 with --runtime cpu, "
                            "the estimator's worst held-out under-estimate rounded up; 0 with ascend or --measure)")
+    auto.add_argument("--balance", action="store_true",
+                      help="choose the pipeline layout too: the offsets (per stage and chunk) with per-stage recompute "
+                           "and swap, for the least predicted step time with every stage within the budget "
+                           "(ascend runtime)")
     auto.add_argument("--output", "-o", help="write the planned YAML here")
     auto.add_argument("--json", action="store_true", help="print the result as JSON (bytes, seconds)")
     auto.add_argument("--measure", action="store_true",
@@ -283,6 +287,8 @@ def _auto(args: argparse.Namespace) -> int:
     output = Path(args.output) if args.output else None
 
     margin = args.margin if args.margin is not None else (0.0 if args.measure else None)
+    if args.balance:
+        return _auto_balance(args, budget, host, margin, output)
 
     def plan_for(target: int):
         return auto_plan(args.config, budget=target, runtime=args.runtime, host_budget=host,
@@ -328,6 +334,38 @@ def _auto(args: argparse.Namespace) -> int:
     if args.measure and rounds[-1].measured > budget:
         print(f"auto: still over the budget after {len(rounds)} rounds", file=sys.stderr)
         return 1
+    return 0
+
+
+def _auto_balance(args: argparse.Namespace, budget: int, host: float, margin: float | None, output) -> int:
+    from .auto import InfeasibleBudget
+    from .auto.balance import balance_plan
+    from .auto.balance_report import balance_infeasible_text, balance_json, balance_text
+    from .auto.report import infeasible_json
+    from .estimate import Hardware
+
+    if args.runtime != "ascend" or args.measure:
+        print("auto: --balance plans pipeline stages, which the ascend runtime models: use it without --runtime cpu "
+              "and --measure", file=sys.stderr)
+        return 2
+    try:
+        result = balance_plan(args.config, budget=budget, host_budget=host, margin=margin,
+                              hardware=Hardware(device_memory=budget, tflops=args.tflops,
+                                                host_gbps=args.host_bandwidth),
+                              output_name=str(output or args.config))
+    except InfeasibleBudget as error:
+        print(balance_infeasible_text(error), file=sys.stderr)
+        if args.json:
+            print(json.dumps({**infeasible_json(error), "smallest_budget_bytes": error.minimum[error.binding]},
+                             indent=2))
+        return 1
+    if output:
+        output.write_text(result.text, encoding="utf-8")
+    if args.json:
+        print(json.dumps({**balance_json(result), "output": str(output) if output else None}, indent=2))
+    else:
+        print(balance_text(result))
+        print(f"written to {output}" if output else "(no --output: the YAML was not written)")
     return 0
 
 

@@ -34,7 +34,8 @@ def test_the_config_stage_imports_no_later_stage_and_no_mindspore():
     assert [name for name in loaded if name.startswith(LATER_STAGES) or name.split(".")[0] in MINDSPORE] == []
 
 
-@pytest.mark.parametrize("command_modules", [["mf_memopt.cli", "mf_memopt.estimate", "mf_memopt.auto"]])
+@pytest.mark.parametrize("command_modules", [["mf_memopt.cli", "mf_memopt.estimate", "mf_memopt.auto",
+                                             "mf_memopt.auto.balance", "mf_memopt.auto.balance_report"]])
 def test_validate_plan_estimate_and_auto_run_without_mindspore(command_modules):
     loaded = _imported_by(command_modules)
     assert [name for name in loaded if name.split(".")[0] in MINDSPORE] == []

@@ -61,7 +61,7 @@ class InfeasibleBudget(Exception):
         self.budget, self.margin = budget, margin
         # the smallest budgets, margin included: a stage that can reach m needs m / (1 - margin)
         self.minimum = {stage: -(-value * 10**6 // round((1 - margin) * 10**6)) for stage, value in minimum.items()}
-        self.binding = max(minimum, key=lambda stage: minimum[stage])
+        self.binding = max(minimum, key=lambda stage: minimum[stage]) if minimum else None
         super().__init__(f"no plan fits {budget} bytes per stage")
 
 
@@ -102,15 +102,19 @@ class AutoPlan:
 
 def auto_plan(config: str | Path, *, budget: int | None = None, runtime: str = "ascend", host_budget: float = INFINITE,
               hardware: Hardware | None = None, choices: tuple[Choice, ...] | None = None,
-              output_name: str | None = None, margin: float | None = None) -> AutoPlan:
+              output_name: str | None = None, margin: float | None = None, source: Source | None = None,
+              minimum: bool = True) -> AutoPlan:
     """Plan `config` for `budget` bytes of device memory per stage, predicted peaks held to the budget less
     `margin` (the runtime's default when None); without `budget`, the YAML's (`estimate.budget.device_budget`).
-    Raises `InfeasibleBudget` or `ConfigError`."""
+    Raises `InfeasibleBudget` or `ConfigError`. `source`, when given, is `config` already read (and perhaps
+    rewritten in memory, as `auto --balance` rewrites its offsets); with `minimum` False an `InfeasibleBudget`
+    does not name the smallest budgets (their search is the slow part)."""
     margin = default_margin(runtime) if margin is None else margin
     if not 0 <= margin < 1:
         raise ValueError(f"the margin is a share of the budget in [0, 1), got {margin}")
     path = Path(config)
-    source = load_source(path)          # the guarded reader, base_config followed, as every command reads
+    if source is None:
+        source = load_source(path)      # the guarded reader, base_config followed, as every command reads
     issues: list[ConfigIssue] = []
     resolved = device_budget(source, runtime, budget, issues)
     raise_if_errors(issues)
@@ -130,7 +134,7 @@ def auto_plan(config: str | Path, *, budget: int | None = None, runtime: str = "
     best = _best_family(context, families, target, host_budget)
     if best is None:
         family = families.get("indices", families["counts"])
-        raise InfeasibleBudget(budget, _minimum_budgets(context, family, host_budget), margin)
+        raise InfeasibleBudget(budget, _minimum_budgets(context, family, host_budget) if minimum else {}, margin)
     name, stages = best
     stages, repairs, estimate = _repair(context, families[name], name, stages, target, host_budget)
     final = context.text_of(_assignment(stages), _header(name, budget, host_budget, runtime, stages, estimate,

@@ -96,6 +96,11 @@ class StageParams:
     def total(self) -> int:
         return self.split + self.whole + self.experts + self.norms
 
+    def plus(self, other: StageParams, times: int = 1) -> StageParams:
+        """These parameters and `times` times `other`'s, kind by kind."""
+        return StageParams(split=self.split + times * other.split, whole=self.whole + times * other.whole,
+                           experts=self.experts + times * other.experts, norms=self.norms + times * other.norms)
+
     def local(self, parallel: ParallelSpec) -> int:
         """What the device keeps between steps: with the parallel optimizer each sharded kind divided by its group
         (`shard_groups`); the norms stay whole (see `shard_groups`)."""
@@ -170,13 +175,21 @@ def accumulates(parallel: ParallelSpec) -> bool:
 def ascend_peak(model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSpec, *, params: StageParams,
                 effects: list[LayerEffect], transfers: list[LayerTransfer], factor: float, first: bool,
                 last: bool) -> StagePeak:
-    """The larger of the stage's two moments: the start of the backward (`_backward_moment`) and, when gradients
-    are accumulated, the optimizer step (`_optimizer_moment`)."""
+    """The larger of the stage's moments (`ascend_moments`)."""
+    return max(ascend_moments(model, parallel, optimizer, params=params, effects=effects, transfers=transfers,
+                              factor=factor, first=first, last=last), key=lambda moment: moment.peak)
+
+
+def ascend_moments(model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSpec, *, params: StageParams,
+                   effects: list[LayerEffect], transfers: list[LayerTransfer], factor: float, first: bool,
+                   last: bool) -> list[StagePeak]:
+    """The stage's candidate peaks: the start of the backward (`_backward_moment`) and, when gradients are
+    accumulated, the optimizer step (`_optimizer_moment`)."""
     backward = _backward_moment(model, parallel, optimizer, params=params, effects=effects, transfers=transfers,
                                 factor=factor, first=first, last=last)
     if not accumulates(parallel):
-        return backward
-    return max(backward, _optimizer_moment(model, parallel, optimizer, params), key=lambda moment: moment.peak)
+        return [backward]
+    return [backward, _optimizer_moment(model, parallel, optimizer, params)]
 
 
 def _resident(model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSpec,

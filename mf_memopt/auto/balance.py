@@ -1,0 +1,572 @@
+"""`auto --balance`: choose the pipeline layout (the offsets) together with the recompute and swap plan.
+
+The objective is the predicted step time of the pipeline. Every stage runs each micro-batch's forward and
+backward of its layers; a stage's time per micro-batch `t_p` is its layers' forward and backward (three
+forwards), their recompute and, on the last stage, the MTP layers and the output heads. Under (interleaved)
+1F1B the step takes `G * (m + (pp - 1) / v) * max_p t_p` (m micro-batches, G gradient-accumulation steps, v
+interleave chunks: the warm-up and drain of the pipeline cost `(pp - 1) / v` micro-batches of the slowest
+stage), so the step time is least when the slowest stage is fastest.
+
+The constraint: every stage's peak fits the budget. A stage's peak is the estimator's `ascend_peak`, which is
+linear in what the layout and the plan choose (parameters held, activations kept, each times a per-stage
+factor: the micro-batches in flight, `estimate.memory.in_flight`) except for the largest layer rebuilt in the
+backward, a maximum over the stage's choices. The coefficients are read off the estimator by probing it (as
+`limits.AscendStage` does), so the balance and `estimate` agree by construction.
+
+1. A mixed-integer programme (`scipy.optimize.milp`, HiGHS) chooses the layers of every (chunk, stage) slot
+   and how many of each slot's layers take each choice (keep, select or full recompute, swap), minimising the
+   slowest stage's time (and, second, the sum of all stages' times) with every stage's peak within the budget.
+   The first layers are dense in some models (`first_k_dense_replace`): they stay in the first slot.
+2. The layout is written as offsets (adding up to `num_layers % (pp * interleave)`, MindFormers' rule), and
+   the existing per-stage search (`planner.auto_plan`) makes the exact recompute/swap plan for it, in the
+   form the config allows (per-stage counts, or layer indices with swap). The programme counts layers per
+   choice, which relaxes the count forms' rule that a setting covers the first layers of a chunk; the exact
+   search then decides, and its estimate is what is reported.
+3. If the exact search finds a stage over the budget, the stage's budget in the programme is lowered by the
+   excess and the programme solved again (at most `REPAIRS` times). The layout as written, planned by the
+   same search, is a candidate too: the balanced plan is never predicted slower than it.
+
+When nothing fits, a second programme minimises the largest peak over all layouts and choices; that peak,
+confirmed by the exact search, is the smallest budget named in `InfeasibleBudget`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.sparse import lil_matrix
+
+from ..config.errors import ConfigIssue, raise_if_errors
+from ..config.layout import Layout
+from ..config.load import plan_source
+from ..config.source import Source, load_source
+from ..estimate.budget import device_budget
+from ..estimate.core import Estimate
+from ..estimate.memory import StageParams, ascend_moments, in_flight, stage_params
+from ..estimate.spec import ModelSpec, ParallelSpec, read_spec
+from ..estimate.transfer import Hardware
+from .choices import Choice, choice_set, footprints
+from .limits import _AWAY, _synthetic
+from .planner import INFINITE, AutoPlan, InfeasibleBudget, auto_plan
+from .problem import _mtp_prints, hidden_prefetch
+from .writer import HEADER_MARK
+
+REPAIRS = 3
+TIME_LIMIT_S = 30.0     # per programme; the shipped configs solve in about a second
+_MIB = 1 << 20
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageTime:
+    """One stage of a plan: its decoder layers, predicted peak and time per step."""
+
+    stage: int
+    layers: tuple[int, ...]
+    peak: int
+    seconds: float          # forward, backward, recompute and swap stalls of every micro-batch, heads included
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelinePlan:
+    """A layout and plan as the pipeline runs it: per stage, and the step time the slowest stage sets."""
+
+    offsets: list
+    stages: tuple[StageTime, ...]
+    step_s: float
+
+    @property
+    def peak(self) -> int:
+        return max(stage.peak for stage in self.stages)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Balanced:
+    config: str
+    budget: int
+    budget_source: str          # where the budget came from (`estimate.budget.device_budget`)
+    written: PipelinePlan       # the YAML as written (its offsets and its recompute)
+    balanced: PipelinePlan      # the chosen offsets with the exact plan for them
+    plan: AutoPlan              # the exact search's result for the chosen offsets
+    layout: str                 # "balanced" or "as written": which offsets won
+    wall_s: float               # planning time, reading the YAML included
+    text: str                   # the written YAML: the plan's, with the layout's lines on top of its header
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ratio(self) -> float:
+        """Balanced step time over the written plan's."""
+        return self.balanced.step_s / self.written.step_s
+
+
+def balance_plan(config: str | Path, *, budget: int | None = None, host_budget: float = INFINITE,
+                 hardware: Hardware | None = None, margin: float | None = None,
+                 output_name: str | None = None) -> Balanced:
+    """Choose offsets and the recompute/swap plan of `config` for the least predicted step time with every
+    stage's peak within `budget` bytes (ascend runtime; without it, the YAML's: `estimate.budget.device_budget`);
+    raises `InfeasibleBudget` (the smallest budget that works, per stage) or `ConfigError`."""
+    started = time.perf_counter()
+    path = Path(config)
+    source = load_source(path)
+    issues: list[ConfigIssue] = []
+    resolved = device_budget(source, "ascend", budget, issues)
+    raise_if_errors(issues)
+    budget = resolved.nbytes
+    hardware = replace(hardware or Hardware(), device_memory=budget)
+    model = _Pipeline.read(source, hardware)
+    margin_share = 0.0 if margin is None else margin
+    target = budget - round(budget * margin_share)
+    written = model.times(model.estimate(source), model.written_offsets())
+
+    def exact(offsets: list, held: int = budget, minimum: bool = True) -> AutoPlan:
+        edited = model.with_offsets(source, offsets)
+        return auto_plan(path, budget=held, runtime="ascend", host_budget=host_budget, hardware=hardware,
+                         output_name=output_name or str(path), margin=margin, source=edited, minimum=minimum)
+
+    notes: list[str] = []
+    candidates: list[tuple[str, list, AutoPlan]] = []
+    caps = [target] * model.stages
+    for _ in range(REPAIRS + 1):
+        sizes = model.solve(caps, host_budget)
+        if sizes is None:
+            break
+        offsets = model.offsets(sizes)
+        try:
+            candidates.append(("balanced", offsets, exact(offsets)))
+            break
+        except InfeasibleBudget as error:
+            over = {stage: need - budget for stage, need in error.minimum.items() if need > budget}
+            notes.append(f"offsets {offsets}: the exact search needs more than the budget in stage(s) "
+                         + ", ".join(f"{stage} (+{value / _MIB:.0f} MiB)" for stage, value in over.items())
+                         + "; those stages' budgets lowered in the programme")
+            caps = [cap - over.get(stage, 0) for stage, cap in enumerate(caps)]
+    with contextlib.suppress(InfeasibleBudget):    # the layout as written may have no plan within the budget
+        candidates.append(("as written", written.offsets, exact(written.offsets, minimum=False)))
+    if not candidates:
+        raise model.infeasible(budget, host_budget, margin_share, exact, lambda: exact(written.offsets))
+    scored = [(model.times(plan.estimate, offsets), name, plan) for name, offsets, plan in candidates]
+    best, name, plan = min(scored, key=lambda item: (item[0].step_s, item[1] != "balanced"))
+    header = [f"{HEADER_MARK} pipeline layout chosen by auto --balance: offset {best.offsets} (as written: "
+              f"{written.offsets}); predicted step time {best.step_s:.3f} s (as written: {written.step_s:.3f} s), "
+              f"the slowest stage's time x (micro-batches + (stages - 1) / chunks) / micro-batches"]
+    return Balanced(config=str(path), budget=budget, budget_source=resolved.source, written=written, balanced=best,
+                    plan=plan, layout=name,
+                    wall_s=time.perf_counter() - started, text="\n".join(header) + "\n" + plan.text,
+                    notes=tuple(notes))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Kind:
+    """One kind of decoder layer (dense or MoE) under every choice, per micro-batch."""
+
+    params: StageParams                 # on one device
+    forward_s: float
+    kept: tuple[int, ...]               # per choice
+    rebuilt: tuple[int, ...]
+    swapped: tuple[int, ...]
+    recompute_s: tuple[float, ...]
+    allowed: tuple[bool, ...]           # a swap only where one layer's forward hides its copy
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _StageMemory:
+    """A stage's peak as the programme reads it: intercept + sum over kinds of per_layer * layers + per_kept * kept
+    + working, working = max(rebuilt + over_rebuilt, floor) (the estimator's backward working set); the intercept
+    holds the stage's parameters outside the decoder layers (embedding, head, MTP)."""
+
+    intercept: float
+    per_layer: tuple[float, ...]        # per layer kind, as `_Pipeline.kinds`
+    others: tuple[tuple[float, tuple[float, ...]], ...] = ()   # the other moments (the optimizer step): intercept
+                                                               # and per-layer cost; they keep no activations
+    per_kept: float
+    over_rebuilt: float
+    floor: float
+
+
+@dataclass(slots=True)
+class _Pipeline:
+    """What the programme needs of a pipeline config: its layout, each layer kind's footprint under every choice,
+    each stage's peak terms, the heads' time; and the programme itself."""
+
+    source: Source
+    model: ModelSpec
+    parallel: ParallelSpec
+    hardware: Hardware
+    layout: Layout
+    offset_key: tuple
+    choices: tuple[Choice, ...]
+    kinds: list[_Kind]                  # [dense kind, MoE kind] or [the one kind]
+    dense: int                          # first layers of the dense kind (all in the first stage's first chunk)
+    mtp: _Kind | None                   # all MTP layers together, under the last layer's choice
+    memory: list[_StageMemory]
+    head_s: float                       # the last stage's output heads, per micro-batch
+    steps: int
+
+    @classmethod
+    def read(cls, source: Source, hardware: Hardware) -> _Pipeline:
+        """Read and check the config (one `ConfigError` with every problem), then price its parts."""
+        plan = plan_source(source)
+        issues: list = []
+        spec = read_spec(source, plan.family, issues, runtime="ascend")
+        keys = plan.family.keys
+        if plan.layout.stages < 2:
+            issues.append(source.issue(("parallel_config", "pipeline_stage"), "auto --balance moves layers between "
+                                       "pipeline stages; this config has one stage", "set "
+                                       "parallel_config.pipeline_stage above 1, or plan without --balance"))
+        if _offset_place(source, keys.offset) is None:
+            issues.append(source.issue(keys.offset, "auto --balance writes the offsets into this file, which has no "
+                                       f"{'.'.join(keys.offset[:-1])} section of its own (it is inherited)",
+                                       f"add `{keys.offset[-1]}: 0` under {'.'.join(keys.offset[:-1])} in this file"))
+        raise_if_errors(issues)
+        model, parallel, optimizer = spec
+        family = plan.family
+        choices = choice_set(family.auto_cells_for(source), swap=True)
+        kinds = [_kind(kind, choices, family, parallel, hardware, index)
+                 for kind, index in zip(model.layer_kinds, (0, model.dense_layers) if model.dense_layers else (0,))]
+        mtp = None
+        if model.mtp_layers:
+            prints, forward = _mtp_prints(plan, model, parallel, choices, "ascend", hardware)
+            mtp = _Kind(params=StageParams(split=0), forward_s=forward, kept=tuple(prints[c].kept for c in choices),
+                        rebuilt=tuple(prints[c].rebuilt for c in choices), swapped=(0,) * len(choices),
+                        recompute_s=tuple(hardware.seconds(prints[c].effect.recompute_flops) for c in choices),
+                        allowed=tuple(not c.swaps for c in choices))
+        stages = plan.layout.stages
+        typical = max(1, plan.layout.num_layers // stages)
+        memory = [_probe(model, parallel, optimizer, in_flight(stage, parallel, plan.layout.chunks),
+                         stage == 0, stage == stages - 1,
+                         stage_params(model, parallel, [], stage == 0, stage == stages - 1),
+                         [kind.params for kind in kinds], typical)
+                  for stage in range(stages)]
+        heads = 1 + model.mtp_layers
+        head_flops = heads * 2 * model.batch * model.seq * model.hidden * model.vocab // parallel.tensor
+        return cls(source=source, model=model, parallel=parallel, hardware=hardware, layout=plan.layout,
+                   offset_key=keys.offset, choices=choices, kinds=kinds, dense=model.dense_layers, mtp=mtp,
+                   memory=memory, head_s=3 * hardware.seconds(head_flops),
+                   steps=parallel.micro_batches * parallel.grad_accumulation)
+
+    @property
+    def stages(self) -> int:
+        return self.layout.stages
+
+    @property
+    def slots(self) -> list[tuple[int, int]]:
+        """(chunk, stage) in MindFormers' layer order: chunk 0 of every stage, then chunk 1, ..."""
+        return [(chunk, stage) for chunk in range(self.layout.chunks) for stage in range(self.stages)]
+
+    def step_s(self, stage_seconds: list[float]) -> float:
+        """The pipeline's step time from each stage's time per step (every micro-batch)."""
+        m, v = self.parallel.micro_batches, self.layout.chunks
+        return max(stage_seconds) * (m + (self.stages - 1) / v) / m
+
+    def estimate(self, source: Source) -> Estimate:
+        from ..estimate.core import estimate_source
+
+        return estimate_source(source, runtime="ascend", hardware=self.hardware)
+
+    def times(self, estimate: Estimate, offsets: list) -> PipelinePlan:
+        """The estimator's peaks and times of a plan, the output heads' matmuls added to the last stage."""
+        last = self.stages - 1
+        stages = tuple(StageTime(stage=stage.stage, layers=stage.layers, peak=stage.peak.peak,
+                                 seconds=stage.compute_s + stage.recompute_s + stage.stall_s
+                                 + (self.steps * self.head_s if stage.stage == last else 0.0))
+                       for stage in estimate.stages)
+        return PipelinePlan(offsets=offsets, stages=stages, step_s=self.step_s([stage.seconds for stage in stages]))
+
+    def written_offsets(self) -> list:
+        """The offsets as written, in the form `offsets` writes them."""
+        base = self.layout.num_layers // len(self.slots)
+        grid = [[size - base for size in row] for row in self.layout.chunk_sizes]
+        return grid[0] if self.layout.chunks == 1 else grid
+
+    def offsets(self, stage_sizes: list[int]) -> list:
+        """MindFormers' offsets for the stages' layer counts, per stage or per chunk and stage: a stage's layers
+        split evenly between its chunks, the first chunks taking the extra ones (the dense first layers then
+        stay in the first chunk, as `_fewest` asks)."""
+        base = self.layout.num_layers // len(self.slots)
+        chunks = self.layout.chunks
+        grid = [[stage_sizes[stage] // chunks + (1 if chunk < stage_sizes[stage] % chunks else 0) - base
+                 for stage in range(self.stages)] for chunk in range(chunks)]
+        return grid[0] if chunks == 1 else grid
+
+    def _fewest(self, stage: int) -> int:
+        """The fewest layers a stage may take. MindFormers lets only the first chunk of the first stage and the last
+        chunk of the last stage be empty; the per-stage search plans a stage's layers, so every stage keeps one;
+        the dense first layers all fit the first chunk."""
+        chunks = self.layout.chunks
+        if stage == 0:
+            return max(chunks, chunks * (self.dense - 1) + 1)
+        return max(1, chunks - 1) if stage == self.stages - 1 else chunks
+
+    def with_offsets(self, source: Source, offsets: list) -> Source:
+        """The source with `offsets` written in its data and in its top file's text (the offset key's line
+        replaced, or one added after a key beside it)."""
+        data = copy.deepcopy(source.data)
+        parent = data
+        for part in self.offset_key[:-1]:
+            parent = parent.setdefault(part, {})
+        parent[self.offset_key[-1]] = offsets
+        return replace(source, data=data, text=_write_offsets(source, self.offset_key, offsets))
+
+    # -- the programme --
+
+    def solve(self, caps: list[float], host_budget: float) -> list[int] | None:
+        """Each stage's layer count for the least slowest-stage time (then the least total), every stage's peak
+        within its cap; None if no layout and choices meet the caps."""
+        program = self._program(host_budget)
+        for stage, cap in enumerate(caps):
+            for moment in program.peak[stage]:
+                program.row(moment.scaled(1 / _MIB), -np.inf, cap / _MIB)
+        program.objective[program.slowest] = 1.0
+        for stage_time in program.stage_time:
+            program.objective[stage_time] = 1e-3 / self.stages   # second: the least total time
+        found = program.solve()
+        return None if found is None else [round(found[index]) for index in program.sizes]
+
+    def least_peak(self, host_budget: float) -> float | None:
+        """The smallest largest stage peak over every layout and choice the programme offers."""
+        program = self._program(host_budget)
+        highest = program.var(0, np.inf)
+        for stage in range(self.stages):
+            for moment in program.peak[stage]:
+                mib = moment.scaled(1 / _MIB)
+                program.row(_Linear({**mib.terms, highest: -1.0}, mib.constant), -np.inf, 0)
+        program.objective[highest] = 1.0
+        found = program.solve()
+        return None if found is None else found[highest] * _MIB
+
+    def infeasible(self, budget: int, host_budget: float, margin: float, exact, written) -> InfeasibleBudget:
+        """The smallest budget that works, per stage the peaks of the plan made for it.
+
+        The programme's least largest peak is a lower bound; the exact search on the programme's layout for
+        that peak confirms it, or names what that layout needs, which the programme is given next (at most
+        `REPAIRS` times). Failing that, the layout as written with its own smallest budgets.
+        """
+        least = self.least_peak(host_budget)
+        need = -(-int(least if least is not None else budget) // _MIB) * _MIB
+        for _ in range(REPAIRS + 1):
+            sizes = self.solve([need] * self.stages, host_budget)
+            if sizes is None:
+                need += _MIB
+                continue
+            try:
+                plan = exact(self.offsets(sizes), -(-need * 10**6 // round((1 - margin) * 10**6)))
+            except InfeasibleBudget as error:
+                need = max(need + _MIB, max(error.minimum.values()) - round(max(error.minimum.values()) * margin))
+                continue
+            return InfeasibleBudget(budget, {stage.stage: stage.peak.peak for stage in plan.estimate.stages}, margin)
+        try:
+            written()
+        except InfeasibleBudget as error:
+            return error
+        raise RuntimeError("the layout as written has no plan within the budget, yet planning it succeeded")
+
+    def _program(self, host_budget: float) -> _Program:
+        """The programme over stage sizes: a stage's peak and time depend on how many layers of each kind take
+        each choice, not on how they split between its chunks (`estimate.memory.in_flight` counts the stage's
+        kept bytes as a whole), so the chunks share a stage's layers evenly (`offsets`)."""
+        program = _Program()
+        stages, count = self.stages, len(self.choices)
+        total = self.layout.num_layers
+        program.sizes = [program.var(self._fewest(stage), total, integer=True) for stage in range(stages)]
+        program.row({index: 1.0 for index in program.sizes}, total, total)
+        # counts[stage][kind][choice]: layers of that stage, of that kind, taking that choice
+        counts = []
+        for stage in range(stages):
+            kinds = []
+            for kind_index, kind in enumerate(self.kinds):
+                if self.dense and kind_index == 0 and stage != 0:
+                    kinds.append({})
+                    continue
+                kinds.append({choice: program.var(0, total if kind.allowed[choice] else 0, integer=True)
+                              for choice in range(count)})
+            counts.append(kinds)
+            members = {var: 1.0 for kind in kinds for var in kind.values()}
+            program.row({**members, program.sizes[stage]: -1.0}, 0, 0)
+        if self.dense:
+            program.row({var: 1.0 for var in counts[0][0].values()}, self.dense, self.dense)
+        mtp_choice = {choice: program.var(0, 1 if self.mtp.allowed[choice] else 0, integer=True)
+                      for choice in range(count)} if self.mtp else {}
+        if mtp_choice:
+            program.row({var: 1.0 for var in mtp_choice.values()}, 1, 1)
+        program.slowest = program.var(0, np.inf)
+        for stage in range(stages):
+            last = stage == stages - 1
+            memory = self.memory[stage]
+            seconds, kept, params, swapped = {}, {}, {}, {}
+            used = [program.var(0, 1, integer=True) for _ in range(count)]
+            for index, (kind, chosen) in enumerate(zip(self.kinds, counts[stage])):
+                for choice, var in chosen.items():
+                    seconds[var] = 3 * kind.forward_s + kind.recompute_s[choice]
+                    kept[var] = kind.kept[choice]
+                    params[var] = memory.per_layer[index]
+                    swapped[var] = kind.swapped[choice]
+                    program.row({var: 1.0, used[choice]: -float(total)}, -np.inf, 0)
+            constant_s = self.head_s if last else 0.0
+            if last and self.mtp:
+                constant_s += 3 * self.mtp.forward_s
+                for choice, var in mtp_choice.items():
+                    seconds[var] = seconds.get(var, 0.0) + self.mtp.recompute_s[choice]
+                    kept[var] = self.mtp.kept[choice]
+                    program.row({var: 1.0, used[choice]: -1.0}, -np.inf, 0)
+            # the stage's time per micro-batch, and the slowest stage's
+            stage_time = program.var(0, np.inf)
+            program.row({**seconds, stage_time: -1.0}, -constant_s, -constant_s)
+            program.row({stage_time: 1.0, program.slowest: -1.0}, -np.inf, 0)
+            program.stage_time.append(stage_time)
+            # the largest layer rebuilt, and the backward working set it sets
+            rebuilt = program.var(0, np.inf)
+            largest = [*(kind.rebuilt for kind in self.kinds), *([self.mtp.rebuilt] if last and self.mtp else [])]
+            for choice in range(count):
+                most = max(values[choice] for values in largest)
+                if most:
+                    program.row({rebuilt: 1.0, used[choice]: -float(most)}, 0, np.inf)
+            working = program.var(memory.floor, np.inf)
+            program.row({working: 1.0, rebuilt: -1.0}, memory.over_rebuilt, np.inf)
+            # swaps: never the stage's last layer; the host holds what is swapped, times the micro-batches in flight
+            swaps = {var: 1.0 for var, value in swapped.items() if value}
+            if swaps:
+                program.row({**swaps, program.sizes[stage]: -1.0}, -np.inf, -1)
+                if host_budget != INFINITE:
+                    factor = in_flight(stage, self.parallel, self.layout.chunks)
+                    program.row({var: factor * value for var, value in swapped.items() if value}, 0, host_budget)
+            peak = {var: params.get(var, 0) + memory.per_kept * kept.get(var, 0) for var in set(params) | set(kept)}
+            peak[working] = 1.0
+            moments = [_Linear(peak, memory.intercept)]
+            for intercept, per_layer in memory.others:
+                moments.append(_Linear({var: per_layer[index] for index, chosen in enumerate(counts[stage])
+                                        for var in chosen.values()}, intercept))
+            program.peak.append(moments)
+        return program
+
+
+@dataclass(frozen=True, slots=True)
+class _Linear:
+    """A linear expression: coefficients by variable, and a constant."""
+
+    terms: dict[int, float]
+    constant: float = 0.0
+
+    def scaled(self, factor: float) -> _Linear:
+        return _Linear({var: value * factor for var, value in self.terms.items()}, self.constant * factor)
+
+
+@dataclass(slots=True)
+class _Program:
+    """A mixed-integer linear programme built a row at a time, solved by HiGHS through scipy; `sizes`,
+    `stage_time`, `peak` and `slowest` name the variables and expressions the callers read or bound."""
+
+    lower: list[float] = field(default_factory=list)
+    upper: list[float] = field(default_factory=list)
+    integer: list[int] = field(default_factory=list)
+    rows: list[tuple[dict[int, float], float, float]] = field(default_factory=list)
+    objective: dict[int, float] = field(default_factory=dict)
+    sizes: list[int] = field(default_factory=list)          # each stage's layer count
+    stage_time: list[int] = field(default_factory=list)     # each stage's seconds per micro-batch
+    peak: list[list[_Linear]] = field(default_factory=list)     # each stage's moments (peak bytes), each within the cap
+    slowest: int = -1
+
+    def var(self, lower: float, upper: float, *, integer: bool = False) -> int:
+        self.lower.append(lower)
+        self.upper.append(upper)
+        self.integer.append(1 if integer else 0)
+        return len(self.lower) - 1
+
+    def row(self, expression: _Linear | dict[int, float], lower: float, upper: float) -> None:
+        """lower <= expression <= upper."""
+        if isinstance(expression, dict):
+            expression = _Linear(expression)
+        self.rows.append((expression.terms, lower - expression.constant, upper - expression.constant))
+
+    def solve(self) -> np.ndarray | None:
+        size = len(self.lower)
+        matrix = lil_matrix((len(self.rows), size))
+        for index, (terms, _, _) in enumerate(self.rows):
+            for var, value in terms.items():
+                matrix[index, var] = value
+        cost = np.zeros(size)
+        for var, value in self.objective.items():
+            cost[var] = value
+        result = milp(cost, integrality=np.array(self.integer), bounds=Bounds(self.lower, self.upper),
+                      constraints=LinearConstraint(matrix.tocsr(), [row[1] for row in self.rows],
+                                                   [row[2] for row in self.rows]),
+                      options={"time_limit": TIME_LIMIT_S, "mip_rel_gap": 1e-6})
+        # status 1: the time limit, with the best solution found so far (HiGHS returns none if it has none)
+        return result.x if result.status in (0, 1) and result.x is not None else None
+
+
+def _kind(kind: ModelSpec, choices: tuple[Choice, ...], family, parallel: ParallelSpec, hardware: Hardware,
+          index: int) -> _Kind:
+    """A layer kind's footprint under every choice, from the estimator's own functions (`choices.footprints`)."""
+    ops = family.layer_ops(kind, parallel)
+    prints = footprints(choices, family.inventory(kind, parallel, "ascend"), ops, family)
+    forward = hardware.seconds(sum(op.flops for op in ops))
+    allowed = tuple(not p.choice.swaps or (p.swapped > 0 and hidden_prefetch(
+        hardware.transfer(p.swapped), 0, 2, forward, hardware.operators_per_layer) is not None) for p in prints)
+    return _Kind(params=stage_params(kind, parallel, [index], False, False), forward_s=forward,
+                 kept=tuple(p.kept for p in prints), rebuilt=tuple(p.rebuilt for p in prints),
+                 swapped=tuple(p.swapped for p in prints),
+                 recompute_s=tuple(hardware.seconds(p.effect.recompute_flops) for p in prints), allowed=allowed)
+
+
+def _probe(model, parallel, optimizer, factor: float, first: bool, last: bool, constant: StageParams,
+           kinds: list[StageParams], typical: int) -> _StageMemory:
+    """Read a stage's peak terms off the estimator's `ascend_peak` around `constant` (the parameters outside the
+    decoder layers) plus `typical` layers of the last kind: each kind's cost per layer, then the rest."""
+    def moments(params: StageParams, kept: int = 0, rebuilt: int = 0):
+        return ascend_moments(model, parallel, optimizer, params=params, effects=[_synthetic(kept, rebuilt)],
+                              transfers=[_AWAY], factor=factor, first=first, last=last)
+
+    def peak(params: StageParams, kept: int = 0, rebuilt: int = 0):
+        return moments(params, kept, rebuilt)[0]        # the start of the backward
+
+    around = constant.plus(kinds[-1], typical)
+    here = peak(around)
+    per_layer = tuple((peak(around.plus(kind, 4)).peak - here.peak) / 4 for kind in kinds)
+    per_kept = (peak(around, kept=1 << 30).peak - here.peak) / (1 << 30)
+    floor = here.components["backward working set"]
+    big = 1 << 34
+    over = peak(around, rebuilt=big).components["backward working set"] - big
+    floor = floor if floor > over else 0.0
+    others = []
+    for index, moment in enumerate(moments(around)[1:], start=1):
+        slopes = tuple((moments(around.plus(kind, 4))[index].peak - moment.peak) / 4 for kind in kinds)
+        others.append((moment.peak - slopes[-1] * typical, slopes))
+    return _StageMemory(intercept=here.peak - here.components["backward working set"] - per_layer[-1] * typical,
+                        per_layer=per_layer, per_kept=per_kept, over_rebuilt=over, floor=floor,
+                        others=tuple(others))
+
+
+def _offset_place(source: Source, key: tuple) -> tuple[int, bool] | None:
+    """Where the top file's text takes the offsets: (0-based line, True) to replace the offset key's line, (line,
+    False) to add one after a sibling key's line; None when the top file has neither (an inherited model section)."""
+    if key in source.lines and source.file_of(key) == source.file:
+        return source.lines[key] - 1, True
+    siblings = [path for path in source.lines if path[:-1] == key[:-1] and source.file_of(path) == source.file]
+    return (source.lines[siblings[0]] - 1, False) if siblings else None
+
+
+def _write_offsets(source: Source, key: tuple, offsets: list) -> str:
+    """The top file's text with the offset key's value replaced (or added after a sibling key's line)."""
+    lines = source.text.splitlines()
+    index, replacing = _offset_place(source, key)
+    indent = len(lines[index]) - len(lines[index].lstrip())
+    if not replacing:
+        lines.insert(index + 1, f"{' ' * indent}{key[-1]}: {_flow(offsets)}")
+        return "\n".join(lines) + "\n"
+    end = index + 1     # a block-style value continues on deeper or list lines
+    while end < len(lines) and lines[end].strip() and (len(lines[end]) - len(lines[end].lstrip()) > indent
+                                                       or lines[end].lstrip().startswith("- ")):
+        end += 1
+    lines[index:end] = [f"{' ' * indent}{key[-1]}: {_flow(offsets)}"]
+    return "\n".join(lines) + "\n"
+
+
+def _flow(value) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_flow(item) for item in value) + "]"
+    return str(value)

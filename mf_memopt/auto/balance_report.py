@@ -1,0 +1,72 @@
+"""Text and JSON forms of `auto --balance`: the plan as written and the balanced plan, side by side."""
+
+from __future__ import annotations
+
+from ..estimate.report import human, human_up
+from .balance import Balanced, PipelinePlan
+from .planner import InfeasibleBudget
+from .report import _span, _table
+from .writer import describe
+
+
+def balance_text(result: Balanced) -> str:
+    written, balanced = result.written, result.balanced
+    lines = [f"{result.config}: ascend runtime; budget {human(result.budget)} of device memory per stage "
+             f"(from {result.budget_source}); "
+             f"pipeline layout and plan chosen for the least predicted step time",
+             f"offsets as written: {written.offsets}",
+             f"offsets balanced:   {balanced.offsets}"
+             + ("  (the layout as written: no other layout is predicted faster)"
+                if result.layout == "as written" else ""), ""]
+    rows = [["stage", "written: layers", "peak", "time / step", "balanced: layers", "peak", "time / step"]]
+    for old, new in zip(written.stages, balanced.stages):
+        rows.append([str(old.stage), _layers(old.layers), _peak(old.peak, result.budget), f"{old.seconds:.3f} s",
+                     _layers(new.layers), _peak(new.peak, result.budget), f"{new.seconds:.3f} s"])
+    lines += _table(rows) + [""]
+    lines.append(f"predicted step time: written {written.step_s:.3f} s, balanced {balanced.step_s:.3f} s "
+                 f"(x{result.ratio:.3f}); slowest stage: written {_slowest(written)}, balanced {_slowest(balanced)}")
+    over = [stage.stage for stage in written.stages if stage.peak > result.budget]
+    if over:
+        lines.append(f"the plan as written is over the budget in stage(s) {', '.join(map(str, over))}")
+    lines.append("")
+    for plan in result.plan.stages:
+        lines.append(f"stage {plan.stage}: " + describe(plan.layers, [option.choice for option in plan.options],
+                                                        [option.prefetch for option in plan.options]))
+    lines += [f"repair: {note}" for note in (*result.notes, *result.plan.repairs)]
+    lines.append(f"planned in {result.wall_s:.2f} s")
+    return "\n".join(lines)
+
+
+def balance_json(result: Balanced) -> dict:
+    return {"config": result.config, "runtime": "ascend", "budget_bytes": result.budget,
+            "budget_source": result.budget_source, "feasible": True,
+            "layout": result.layout, "written": _plan_json(result.written), "balanced": _plan_json(result.balanced),
+            "step_time_ratio": result.ratio, "planning_seconds": result.wall_s, "family": result.plan.family,
+            "repairs": [*result.notes, *result.plan.repairs], "yaml": result.text}
+
+
+def balance_infeasible_text(error: InfeasibleBudget) -> str:
+    peaks = ", ".join(f"stage {stage}: {human_up(value)}" for stage, value in sorted(error.minimum.items()))
+    margin = f", with the {error.margin * 100:g}% margin" if error.margin else ""
+    return (f"auto --balance: infeasible: no layout and plan fits {human(error.budget)} of device memory per stage. "
+            f"The smallest budget that works{margin}: {human_up(error.minimum[error.binding])} (stage "
+            f"{error.binding} binds; the peaks of the plan made for it: {peaks}).")
+
+
+def _plan_json(plan: PipelinePlan) -> dict:
+    return {"offsets": plan.offsets, "step_seconds": plan.step_s,
+            "stages": [{"stage": stage.stage, "layers": list(stage.layers), "peak_bytes": stage.peak,
+                        "seconds_per_step": stage.seconds} for stage in plan.stages]}
+
+
+def _layers(layers: tuple[int, ...]) -> str:
+    return f"{len(layers)} ({_span(layers)})" if layers else "0"
+
+
+def _peak(peak: int, budget: int) -> str:
+    return human(peak) + (" OVER" if peak > budget else "")
+
+
+def _slowest(plan: PipelinePlan) -> str:
+    stage = max(plan.stages, key=lambda item: item.seconds)
+    return f"stage {stage.stage}"
