@@ -8,6 +8,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -177,3 +178,19 @@ def test_a_disk_that_fills_during_training_stops_it_in_one_line_and_removes_the_
     assert last.startswith(f"{PREFIX}the disk of output directory {mount}/out filled up during training, after ")
     assert "removed the unfinished save" in last and partial == []
 
+
+def test_a_dataset_check_that_does_not_end_is_given_up_after_its_time_limit(tmp_path, monkeypatch):
+    """After a death by signal the launcher reads the dataset again; a reader that hangs on damaged data is ended
+    after `AUTO_CHECK_SECONDS` and the line names the command instead."""
+    from mf_memopt.runtime import datacheck
+
+    monkeypatch.setattr(datacheck, "_READER", "import time; time.sleep(60)")
+    monkeypatch.setattr(datacheck, "AUTO_CHECK_SECONDS", 2.0)
+    dataset = tmp_path / "tokens.mindrecord"
+    dataset.write_bytes(b"\0" * 1024)
+    facts = {"step": 3, "output": str(tmp_path), "rank": 0, "workers": 1, "datasets": [str(dataset)]}
+    began = time.monotonic()
+    line = supervise.death_line(signal.SIGSEGV, facts)      # the reader would sleep for 60 s
+    assert time.monotonic() - began < 30
+    assert line.endswith(f"; its dataset was not read to the end within 2 s (damaged data can do that): check "
+                             f"{dataset} with `python -m mf_memopt check-data CONFIG`; logs in {tmp_path / 'log'}")

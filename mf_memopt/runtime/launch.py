@@ -71,6 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         print(_interrupted_line(state), file=sys.stderr, flush=True)
+        interrupt.finish()
         return interrupt.INTERRUPTED
 
 
