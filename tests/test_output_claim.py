@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -112,3 +113,19 @@ def test_the_second_of_two_runs_on_one_directory_stops_and_the_first_keeps_its_w
     checkpoints = sorted(path.name for path in (output / "checkpoint" / "rank_0").glob("*.ckpt"))
     assert checkpoints == ["llama_tiny_rank_0-1_16.ckpt", "llama_tiny_rank_0-1_8.ckpt"]
     assert "2 checkpoint(s)" in out.splitlines()[-1]
+
+
+def test_a_released_directory_is_free_even_while_a_process_forked_from_the_run_lives(tmp_path):
+    """MindSpore's dataset workers and other helpers are forked from the training process and inherit the lock's
+    file; the run's end must free the directory all the same."""
+    claim = claim_output_dir(tmp_path, "rank0")
+    forked = os.fork()
+    if forked == 0:                                  # the forked process holds the inherited file and waits
+        time.sleep(30)
+        os._exit(0)
+    try:
+        claim.release()
+        claim_output_dir(tmp_path, "rank0").release()
+    finally:
+        os.kill(forked, signal.SIGKILL)
+        os.waitpid(forked, 0)

@@ -44,10 +44,13 @@ class Claim:
     taken_over: str | None = None       # the holder the previous run left in the lock file, if it died
 
     def release(self) -> None:
+        """Unlock explicitly: closing the file alone leaves the lock held while a process forked from the run
+        (a dataset worker) still has the file open."""
         if self.fd < 0:
             return
         with contextlib.suppress(OSError):
             os.ftruncate(self.fd, 0)     # a clean end leaves no holder behind
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
         os.close(self.fd)
         self.fd = -1
 
