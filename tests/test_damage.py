@@ -3,6 +3,7 @@ names the file (runtime/supervise.py, failures.py, datacheck.py), never in a bar
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import signal
@@ -175,8 +176,8 @@ def test_a_disk_that_fills_during_training_stops_it_in_one_line_and_removes_the_
         subprocess.run(["umount", str(mount)], check=False)
     assert launcher.returncode == 1 and "Traceback" not in stderr
     last = stderr.splitlines()[-1]
-    assert last.startswith(f"{PREFIX}the disk of output directory {mount}/out filled up during training, after ")
-    assert "removed the unfinished save" in last and partial == []
+    assert last.startswith(f"{PREFIX}the file system at {mount} filled up while {mount}/out/checkpoint/rank_0/")
+    assert "removed this rank's unfinished save" in last and partial == []
 
 
 def test_a_dataset_check_that_does_not_end_is_given_up_after_its_time_limit(tmp_path, monkeypatch):
@@ -194,3 +195,26 @@ def test_a_dataset_check_that_does_not_end_is_given_up_after_its_time_limit(tmp_
     assert time.monotonic() - began < 30
     assert line.endswith(f"; its dataset was not read to the end within 2 s (damaged data can do that): check "
                              f"{dataset} with `python -m mf_memopt check-data CONFIG`; logs in {tmp_path / 'log'}")
+
+
+def test_a_full_disk_removes_only_this_ranks_unfinished_save_and_names_the_file_system(tmp_path):
+    from mf_memopt.runtime.failures import RunFacts, mount_point, translate
+
+    saves = {rank: tmp_path / "checkpoint" / f"rank_{rank}" / f"tiny_rank_{rank}-1_8.tmp" for rank in (0, 1)}
+    for save in saves.values():
+        save.parent.mkdir(parents=True)
+        save.write_bytes(b"x")
+    facts = RunFacts(output=tmp_path, rank=0, step=7)
+    line = str(translate(OSError(errno.ENOSPC, "No space left on device"), facts))
+    assert line.startswith(f"the file system at {mount_point(tmp_path)} filled up while {saves[0]} was written, "
+                           f"after 7 step(s) of this run; removed this rank's unfinished save {saves[0]}; ")
+    assert not saves[0].exists() and saves[1].exists()      # rank 1's save may still be under way
+
+
+def test_a_full_disk_elsewhere_is_not_blamed_on_the_output_directory(tmp_path):
+    from mf_memopt.runtime.failures import RunFacts, mount_point, translate
+
+    cache = Path("/dev/shm") / "graph_cache.bin"
+    line = str(translate(OSError(errno.ENOSPC, "No space left on device", str(cache)), RunFacts(output=tmp_path)))
+    assert line.startswith(f"the file system at {mount_point(cache)} filled up while {cache} was written, after 0 ")
+    assert str(tmp_path) not in line.split(" (the traceback")[0]
