@@ -51,6 +51,17 @@ def test_too_little_room_names_both_figures(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []                  # the probe is gone
 
 
+def test_the_room_needed_counts_every_rank_that_writes_there(tmp_path, monkeypatch):
+    monkeypatch.setattr(claims.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(1 << 30, 700 << 20,
+                                                                                           300 << 20))
+    assert "writes about 144.0 MiB" in check_room(tmp_path, 40 << 20, 2)       # one rank fits
+    with pytest.raises(NoRoom) as refused:
+        check_room(tmp_path, 40 << 20, 2, ranks=4)
+    assert str(refused.value) == (f"output directory {tmp_path} has 300.0 MiB free, but the run writes about 576.0 "
+                                  "MiB (2 checkpoint(s) of about 40.0 MiB and the logs, for each of 4 ranks); free "
+                                  "space or choose another --output_dir")
+
+
 def _command(config: Path, output: Path, *extra: str) -> list[str]:
     return [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(config), "--run_mode", "train",
             "--output_dir", str(output), *extra]
