@@ -218,3 +218,35 @@ def test_a_full_disk_elsewhere_is_not_blamed_on_the_output_directory(tmp_path):
     line = str(translate(OSError(errno.ENOSPC, "No space left on device", str(cache)), RunFacts(output=tmp_path)))
     assert line.startswith(f"the file system at {mount_point(cache)} filled up while {cache} was written, after 0 ")
     assert str(tmp_path) not in line.split(" (the traceback")[0]
+
+
+def _shards(folder: Path, count: int = 3, records: int = 30) -> list[Path]:
+    """One MindRecord dataset written as `count` shards (`tokens.mindrecord0` ...), as MindSpore's FileWriter names
+    them."""
+    import numpy as np
+    from mindspore.mindrecord import FileWriter
+
+    folder.mkdir()
+    writer = FileWriter(str(folder / "tokens.mindrecord"), shard_num=count)
+    writer.set_page_size(1 << 15)           # small pages: the records fill the file instead of a 32 MiB page
+    writer.set_header_size(1 << 14)
+    writer.add_schema({"input_ids": {"type": "int32", "shape": [-1]}}, "tokens")
+    writer.write_raw_data([{"input_ids": np.arange(index, index + 257, dtype=np.int32)} for index in range(records)])
+    writer.commit()
+    return [folder / f"tokens.mindrecord{index}" for index in range(count)]
+
+
+@pytest.mark.mindspore
+@pytest.mark.parametrize("named", ["the first shard", "the directory"])
+def test_check_data_reads_every_shard_of_a_sharded_dataset(tmp_path, capsys, named):
+    from mf_memopt.config.source import parse_yaml
+    from mf_memopt.runtime.datacheck import run_check_data
+
+    shards = _shards(tmp_path / "data")
+    where = shards[0] if named == "the first shard" else tmp_path / "data"
+    source = parse_yaml(f"train_dataset:\n  data_loader:\n    dataset_dir: {where}\n", "c.yaml")
+    assert run_check_data(source) == 0
+    assert capsys.readouterr().out == f"{', '.join(map(str, shards))}: all 30 records read, no damage found\n"
+    os.truncate(shards[2], shards[2].stat().st_size // 2)        # the last shard loses its records' page
+    assert run_check_data(source) == 1
+    assert capsys.readouterr().err.startswith(f"{', '.join(map(str, shards))} is damaged: ")
