@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from full_disk import fill, full_disk_env
 from mf_memopt.runtime import supervise
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,32 +152,24 @@ def test_a_killed_training_process_is_reported_dead_with_its_step(tmp_path):
 
 
 @pytest.mark.mindspore
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a file system to fill needs root")
 def test_a_disk_that_fills_during_training_stops_it_in_one_line_and_removes_the_unfinished_save(tmp_path):
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160m", "tmpfs", str(mount)], check=True)
-    try:
-        command = [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(TINY), "--run_mode",
-                   "train", "--output_dir", str(mount / "out"), "--train_dataset_dir", str(_tokens(tmp_path))]
-        launcher = subprocess.Popen(command, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True)
-        for line in launcher.stdout:
-            if "step:[    2/" in line:
-                try:                                        # fill the disk before the step-8 checkpoint
-                    with open(mount / "filler", "wb", buffering=0) as filler:
-                        while True:
-                            filler.write(b"\0" * 65536)
-                except OSError:
-                    pass
-                break
-        _, stderr = launcher.communicate(timeout=300)
-        partial = sorted((mount / "out" / "checkpoint" / "rank_0").glob("*"))
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
+    from mf_memopt.runtime.failures import mount_point
+
+    output = tmp_path / "out"
+    command = [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(TINY), "--run_mode", "train",
+               "--output_dir", str(output), "--train_dataset_dir", str(_tokens(tmp_path))]
+    launcher = subprocess.Popen(command, cwd=tmp_path, env=full_disk_env(_env(), tmp_path / "hooks", output),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in launcher.stdout:
+        if "step:[    2/" in line:
+            fill(output)                                    # the disk is full before the step-8 checkpoint
+            break
+    _, stderr = launcher.communicate(timeout=300)
+    partial = sorted((output / "checkpoint" / "rank_0").glob("*"))
     assert launcher.returncode == 1 and "Traceback" not in stderr
     last = stderr.splitlines()[-1]
-    assert last.startswith(f"{PREFIX}the file system at {mount} filled up while {mount}/out/checkpoint/rank_0/")
+    assert last.startswith(f"{PREFIX}the file system at {mount_point(output)} filled up while "
+                           f"{output}/checkpoint/rank_0/llama_tiny_rank_0-1_8.tmp was written, after ")
     assert "removed this rank's unfinished save" in last and partial == []
 
 

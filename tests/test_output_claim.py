@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from full_disk import fill, full_disk_env
 from mf_memopt.runtime import claim as claims
 from mf_memopt.runtime.claim import NoRoom, OutputInUse, check_room, claim_output_dir
 
@@ -71,27 +72,15 @@ def _env() -> dict:
     return {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(ROOT)}
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a full file system needs root")
 def test_a_full_disk_is_one_short_answer_naming_the_directory(tmp_path):
-    mount = tmp_path / "full"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], check=True)
-    try:
-        (mount / "out").mkdir()
-        try:                                                # fill it to the last block
-            with open(mount / "filler", "wb", buffering=0) as filler:
-                while True:
-                    filler.write(b"\0" * 4096)
-        except OSError:
-            pass
-        done = subprocess.run(_command(TINY, mount / "out"), cwd=tmp_path, env=_env(), capture_output=True,
-                              text=True, timeout=300)
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
+    output = tmp_path / "out"
+    fill(output)
+    done = subprocess.run(_command(TINY, output), cwd=tmp_path, env=full_disk_env(_env(), tmp_path / "hooks", output),
+                          capture_output=True, text=True, timeout=300)
     lines = (done.stdout + done.stderr).splitlines()
     assert done.returncode == 1 and len(lines) <= 20, lines
     assert "Traceback" not in done.stderr
-    assert lines[-1].startswith(f"run_mindformer_memopt.py: output directory {mount}/out cannot be written (No space "
+    assert lines[-1].startswith(f"run_mindformer_memopt.py: output directory {output} cannot be written (No space "
                                 "left on device)")
 
 
