@@ -32,7 +32,9 @@ def _alive(pid: int) -> bool:
 def _interrupt_twice(ready: Path, gap: float) -> None:
     """Ctrl-C once the child is up, and again `gap` seconds later (inside the grace period)."""
     deadline = time.monotonic() + 60
-    while not (ready.is_file() and ready.read_text()) and time.monotonic() < deadline:
+    while not (ready.is_file() and ready.read_text()):
+        if time.monotonic() > deadline:
+            return
         time.sleep(0.05)
     os.kill(os.getpid(), signal.SIGINT)
     time.sleep(gap)
@@ -41,15 +43,23 @@ def _interrupt_twice(ready: Path, gap: float) -> None:
 
 def test_a_second_ctrl_c_during_the_grace_period_kills_the_child_at_once(tmp_path):
     ready = tmp_path / "pid"
-    threading.Thread(target=_interrupt_twice, args=(ready, 0.5), daemon=True).start()
+    interrupts = threading.Thread(target=_interrupt_twice, args=(ready, 0.5), daemon=True)
+    # a Ctrl-C that arrives after run_owned has returned must not stop pytest
+    pytests = signal.signal(signal.SIGINT, lambda *_: None)
+    interrupts.start()
     began = time.monotonic()
-    with pytest.raises(Stopped) as stopped:
-        run_owned([sys.executable, "-c", STUBBORN, str(ready)], cwd=tmp_path, env=dict(os.environ), timeout=60)
+    try:
+        with pytest.raises(Stopped) as stopped:
+            run_owned([sys.executable, "-c", STUBBORN, str(ready)], cwd=tmp_path, env=dict(os.environ), timeout=60)
+        ended = time.monotonic() - began
+        interrupts.join()
+    finally:
+        signal.signal(signal.SIGINT, pytests)
     pid = int(ready.read_text())
     try:
         assert stopped.value.signum == signal.SIGINT
         assert not _alive(pid), "the child outlived the command"
-        assert time.monotonic() - began < GRACE_SECONDS     # the second Ctrl-C did not wait out the grace period
+        assert ended < GRACE_SECONDS              # the second Ctrl-C did not wait out the grace period
     finally:
         if _alive(pid):
             os.kill(pid, signal.SIGKILL)
