@@ -7,6 +7,7 @@ to the command would end it at once and leave the child training, with its tempo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -52,14 +53,29 @@ def run_owned(command: Sequence[str], *, cwd: str | os.PathLike, env: dict, time
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
 
+class _Hurry(Exception):  # noqa: N818 (a second stop while the child is being ended)
+    pass
+
+
+def _hurry(_signum, _frame):
+    raise _Hurry
+
+
 def _end(process: subprocess.Popen) -> None:
-    for signum, wait in ((signal.SIGTERM, GRACE_SECONDS), (signal.SIGKILL, None)):
-        try:
-            os.killpg(process.pid, signum)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    """SIGTERM to the child's process group, then SIGKILL after the grace period or at a second stop signal
+    (Ctrl-C twice), whichever comes first; returns once the child is gone, so the caller's report is true."""
+    for signum in STOPPING:
+        signal.signal(signum, _hurry)
+    try:
+        _signal_group(process, signal.SIGTERM)
+        process.wait(timeout=GRACE_SECONDS)
+    except (subprocess.TimeoutExpired, _Hurry):
+        for signum in STOPPING:           # nothing interrupts the kill
+            signal.signal(signum, signal.SIG_IGN)
+        _signal_group(process, signal.SIGKILL)
+        process.wait()
+
+
+def _signal_group(process: subprocess.Popen, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):      # the group has ended already
+        os.killpg(process.pid, signum)

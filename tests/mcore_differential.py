@@ -144,8 +144,13 @@ def build(data: dict, *, ours: bool):
     if ours:
         MCORE.prepare_build(config, "CPU", logging.getLogger("differential").info)
     build_parallel_config(config)
-    return build_network(config.model, default_args={"parallel_config": config.parallel_config,
-                                                     "moe_config": config.moe_config})
+    network = build_network(config.model, default_args={"parallel_config": config.parallel_config,
+                                                        "moe_config": config.moe_config})
+    if ours:
+        from mf_memopt.runtime.build import unshare_layers
+
+        unshare_layers(network, MCORE, logging.getLogger("differential").info)
+    return network
 
 
 def marks(network) -> dict:

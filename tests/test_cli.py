@@ -81,3 +81,28 @@ def test_module_entry_point_exit_codes():
     assert (ok.returncode, bad.returncode) == (0, 1)
     assert bad.stderr.startswith("tests/data/invalid/negative_count.yaml:6: recompute_config.recompute[0]: ")
     assert "Traceback" not in bad.stderr
+
+
+# A MindFormers 2.x PyNative trainer YAML: the sections of mindformers/pynative/config/config.py's TrainConfig.
+TRAIN_CONFIG_2X = """\
+training:
+  steps: 10
+  local_batch_size: 1
+parallelism:
+  tensor_parallel: 1
+  pipeline_parallel: 1
+model:
+  model_type: qwen3
+  num_hidden_layers: 4
+recompute:
+  full_recompute: true
+"""
+
+
+def test_a_mindformers_2x_train_config_gets_one_line_naming_its_form_and_the_form_read(tmp_path, capsys):
+    path = tmp_path / "pynative.yaml"
+    path.write_text(TRAIN_CONFIG_2X)
+    assert main(["validate", str(path)]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{path}:1: training: ")
+    assert "MindFormers 2.x TrainConfig" in lines[0] and "model.model_config" in lines[0]

@@ -15,11 +15,13 @@ import mf_memopt.compare as compare_module
 from mf_memopt.cli import main
 from mf_memopt.compare import Comparison, compare_configs
 from mf_memopt.compare.configs import LossyUse, check_only_plan_changes, lossy_uses, with_lossy_uses
+from mf_memopt.compare.report import comparison_text
 from mf_memopt.compare.runs import Run, Step
 from mf_memopt.config.errors import ConfigError
 from mf_memopt.config.load import load_plan
 from mf_memopt.config.source import load_source
 
+NAN, INF = float("nan"), float("inf")
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA = ROOT / "configs" / "llama_tiny.yaml"
 QWEN3 = ROOT / "configs" / "qwen3_tiny.yaml"
@@ -127,6 +129,26 @@ def test_a_quantised_candidate_is_judged_by_its_worst_step_against_the_tolerance
     beyond = Comparison(base=_run([5.0, 4.0]), candidate=_run([5.02, 4.05]), runtime="cpu", changes=[], lossy=use,
                         tolerance=0.01)
     assert not beyond.equivalent() and beyond.verdict() == "drifts beyond tolerance"
+
+
+@pytest.mark.parametrize(("losses", "norms"), [([5.001, NAN], None), ([NAN, 4.0], None), ([5.001, INF], None),
+                                             ([5.001, 4.0], [1.0, NAN]), ([5.001, 4.0], [INF, 1.0])])
+def test_a_quantised_candidate_whose_loss_or_norm_stops_being_finite_drifts_beyond_any_tolerance(losses, norms):
+    use = (LossyUse(layer=0, pattern="p", method="int4", group_size=256),)
+    result = Comparison(base=_run([5.0, 4.0]), candidate=_run(losses, norms), runtime="cpu", changes=[], lossy=use,
+                        tolerance=0.01)
+    assert result.drift() == INF and not result.equivalent() and result.verdict() == "drifts beyond tolerance"
+    assert "not finite" in comparison_text(result)
+
+
+def test_bisection_counts_a_half_whose_loss_becomes_nan_as_drifting(monkeypatch, tmp_path):
+    def train(config, *, steps, work, runtime, dataset):
+        layers = {use.layer for use in lossy_uses(load_plan(config))}
+        return _run([4.0] + [NAN if 1 in layers else 4.0] * (steps - 1), config=str(config))
+    monkeypatch.setattr(compare_module, "train_recorded", train)
+    result = compare_configs(LLAMA, INT2_MLP, steps=2, runtime="cpu", tolerance=0.01, work_dir=tmp_path,
+                             progress=lambda line: None)
+    assert not result.equivalent() and [use.layer for use in result.keep_exact] == [1]
 
 
 def _fake_training(drift_by_layer: dict[int, float]):

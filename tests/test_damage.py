@@ -3,15 +3,18 @@ names the file (runtime/supervise.py, failures.py, datacheck.py), never in a bar
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from full_disk import fill, full_disk_env
 from mf_memopt.runtime import supervise
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,49 +119,127 @@ def test_resuming_from_a_truncated_checkpoint_names_it_and_the_one_before(tmp_pa
         f"there is {saved / 'llama_tiny_rank_0-1_8.ckpt'}")
 
 
+def _only_child(pid: int) -> int:
+    """The one process `pid` started (the supervised training child), read from /proc."""
+    (child,) = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return int(child)
+
+
 @pytest.mark.mindspore
 def test_a_killed_training_process_is_reported_dead_with_its_step(tmp_path):
     command = [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(TINY), "--run_mode", "train",
                "--output_dir", str(tmp_path / "out"), "--train_dataset_dir", str(_tokens(tmp_path))]
-    launcher = subprocess.Popen(command, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
-    for line in launcher.stdout:
-        if "step:[    3/" in line:
-            trainer = subprocess.run(["pgrep", "-f", "mf_memopt.runtime.launch"], capture_output=True, text=True)
-            children = [int(pid) for pid in trainer.stdout.split() if int(pid) != launcher.pid]
-            os.kill(children[0], signal.SIGKILL)
-            break
-    _, stderr = launcher.communicate(timeout=120)
+    # a process whose command line looks like a training child's, started first: only the launcher's own is killed
+    decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "mf_memopt.runtime.launch"])
+    try:
+        launcher = subprocess.Popen(command, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True)
+        for line in launcher.stdout:
+            if "step:[    3/" in line:
+                os.kill(_only_child(launcher.pid), signal.SIGKILL)
+                break
+        _, stderr = launcher.communicate(timeout=120)
+        assert decoy.poll() is None
+    finally:
+        decoy.kill()
+        decoy.wait()
     assert launcher.returncode == 1
-    assert stderr.splitlines()[-1].startswith(f"{PREFIX}training died from SIGKILL after 3 step(s) of this run; no "
-                                              "checkpoint was saved yet; logs in ")
+    # MindFormers prints step 3's line as the step ends, beside the step's report to the launcher: it says 2 or 3
+    last = stderr.splitlines()[-1]
+    assert last.startswith((f"{PREFIX}training died from SIGKILL after 2 step(s)",
+                            f"{PREFIX}training died from SIGKILL after 3 step(s)"))
+    assert last.endswith(f" of this run; no checkpoint was saved yet; logs in {tmp_path / 'out' / 'log'}")
 
 
 @pytest.mark.mindspore
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a file system to fill needs root")
 def test_a_disk_that_fills_during_training_stops_it_in_one_line_and_removes_the_unfinished_save(tmp_path):
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160m", "tmpfs", str(mount)], check=True)
-    try:
-        command = [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(TINY), "--run_mode",
-                   "train", "--output_dir", str(mount / "out"), "--train_dataset_dir", str(_tokens(tmp_path))]
-        launcher = subprocess.Popen(command, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True)
-        for line in launcher.stdout:
-            if "step:[    2/" in line:
-                try:                                        # fill the disk before the step-8 checkpoint
-                    with open(mount / "filler", "wb", buffering=0) as filler:
-                        while True:
-                            filler.write(b"\0" * 65536)
-                except OSError:
-                    pass
-                break
-        _, stderr = launcher.communicate(timeout=300)
-        partial = sorted((mount / "out" / "checkpoint" / "rank_0").glob("*"))
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
+    from mf_memopt.runtime.failures import mount_point
+
+    output = tmp_path / "out"
+    command = [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(TINY), "--run_mode", "train",
+               "--output_dir", str(output), "--train_dataset_dir", str(_tokens(tmp_path))]
+    launcher = subprocess.Popen(command, cwd=tmp_path, env=full_disk_env(_env(), tmp_path / "hooks", output),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in launcher.stdout:
+        if "step:[    2/" in line:
+            fill(output)                                    # the disk is full before the step-8 checkpoint
+            break
+    _, stderr = launcher.communicate(timeout=300)
+    partial = sorted((output / "checkpoint" / "rank_0").glob("*"))
     assert launcher.returncode == 1 and "Traceback" not in stderr
     last = stderr.splitlines()[-1]
-    assert last.startswith(f"{PREFIX}the disk of output directory {mount}/out filled up during training, after ")
-    assert "removed the unfinished save" in last and partial == []
+    assert last.startswith(f"{PREFIX}the file system at {mount_point(output)} filled up while "
+                           f"{output}/checkpoint/rank_0/llama_tiny_rank_0-1_8.tmp was written, after ")
+    assert "removed this rank's unfinished save" in last and partial == []
+
+
+def test_a_dataset_check_that_does_not_end_is_given_up_after_its_time_limit(tmp_path, monkeypatch):
+    """After a death by signal the launcher reads the dataset again; a reader that hangs on damaged data is ended
+    after `AUTO_CHECK_SECONDS` and the line names the command instead."""
+    from mf_memopt.runtime import datacheck
+
+    monkeypatch.setattr(datacheck, "_READER", "import time; time.sleep(60)")
+    monkeypatch.setattr(datacheck, "AUTO_CHECK_SECONDS", 2.0)
+    dataset = tmp_path / "tokens.mindrecord"
+    dataset.write_bytes(b"\0" * 1024)
+    facts = {"step": 3, "output": str(tmp_path), "rank": 0, "workers": 1, "datasets": [str(dataset)]}
+    began = time.monotonic()
+    line = supervise.death_line(signal.SIGSEGV, facts)      # the reader would sleep for 60 s
+    assert time.monotonic() - began < 30
+    assert line.endswith(f"; its dataset was not read to the end within 2 s (damaged data can do that): check "
+                             f"{dataset} with `python -m mf_memopt check-data CONFIG`; logs in {tmp_path / 'log'}")
+
+
+def test_a_full_disk_removes_only_this_ranks_unfinished_save_and_names_the_file_system(tmp_path):
+    from mf_memopt.runtime.failures import RunFacts, mount_point, translate
+
+    saves = {rank: tmp_path / "checkpoint" / f"rank_{rank}" / f"tiny_rank_{rank}-1_8.tmp" for rank in (0, 1)}
+    for save in saves.values():
+        save.parent.mkdir(parents=True)
+        save.write_bytes(b"x")
+    facts = RunFacts(output=tmp_path, rank=0, step=7)
+    line = str(translate(OSError(errno.ENOSPC, "No space left on device"), facts))
+    assert line.startswith(f"the file system at {mount_point(tmp_path)} filled up while {saves[0]} was written, "
+                           f"after 7 step(s) of this run; removed this rank's unfinished save {saves[0]}; ")
+    assert not saves[0].exists() and saves[1].exists()      # rank 1's save may still be under way
+
+
+def test_a_full_disk_elsewhere_is_not_blamed_on_the_output_directory(tmp_path):
+    from mf_memopt.runtime.failures import RunFacts, mount_point, translate
+
+    cache = Path("/dev/shm") / "graph_cache.bin"
+    line = str(translate(OSError(errno.ENOSPC, "No space left on device", str(cache)), RunFacts(output=tmp_path)))
+    assert line.startswith(f"the file system at {mount_point(cache)} filled up while {cache} was written, after 0 ")
+    assert str(tmp_path) not in line.split(" (the traceback")[0]
+
+
+def _shards(folder: Path, count: int = 3, records: int = 30) -> list[Path]:
+    """One MindRecord dataset written as `count` shards (`tokens.mindrecord0` ...), as MindSpore's FileWriter names
+    them."""
+    import numpy as np
+    from mindspore.mindrecord import FileWriter
+
+    folder.mkdir()
+    writer = FileWriter(str(folder / "tokens.mindrecord"), shard_num=count)
+    writer.set_page_size(1 << 15)           # small pages: the records fill the file instead of a 32 MiB page
+    writer.set_header_size(1 << 14)
+    writer.add_schema({"input_ids": {"type": "int32", "shape": [-1]}}, "tokens")
+    writer.write_raw_data([{"input_ids": np.arange(index, index + 257, dtype=np.int32)} for index in range(records)])
+    writer.commit()
+    return [folder / f"tokens.mindrecord{index}" for index in range(count)]
+
+
+@pytest.mark.mindspore
+@pytest.mark.parametrize("named", ["the first shard", "the directory"])
+def test_check_data_reads_every_shard_of_a_sharded_dataset(tmp_path, capsys, named):
+    from mf_memopt.config.source import parse_yaml
+    from mf_memopt.runtime.datacheck import run_check_data
+
+    shards = _shards(tmp_path / "data")
+    where = shards[0] if named == "the first shard" else tmp_path / "data"
+    source = parse_yaml(f"train_dataset:\n  data_loader:\n    dataset_dir: {where}\n", "c.yaml")
+    assert run_check_data(source) == 0
+    assert capsys.readouterr().out == f"{', '.join(map(str, shards))}: all 30 records read, no damage found\n"
+    os.truncate(shards[2], shards[2].stat().st_size // 2)        # the last shard loses its records' page
+    assert run_check_data(source) == 1
+    assert capsys.readouterr().err.startswith(f"{', '.join(map(str, shards))} is damaged: ")

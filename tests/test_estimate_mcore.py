@@ -1,6 +1,6 @@
 """The CPU estimate of mcore models (Qwen3, TeleChat3) against their measured record: the 32-config sweep (its
-build half fitted, its held-out half measured before any mcore inventory existed) and the later sets `fresh`,
-`fresh2`, `fresh3` and `fresh4` (`benchmarks/sweep_mcore.py measure --exact [--set S]`, every peak replayed to the byte but
+build half fitted, its held-out half measured before any mcore inventory existed) and the later sets of
+`FRESH_SETS` (`benchmarks/sweep_mcore.py measure --exact [--set S]`, every peak replayed to the byte but
 e13's, whose replay fell outside the MiB MindSpore printed: it is taken as printed).
 
 The peaks are data in `benchmarks/data/`; nothing here is typed by hand. The sets cover both architectures,
@@ -24,16 +24,20 @@ KNOWN: dict[str, str] = {}
 SETS = ("sweep", *FRESH_SETS)
 CASES = [pytest.param(which, config, id=f"{which}-{config.name}",
                       marks=[pytest.mark.xfail(reason=KNOWN[config.name], strict=True)] if config.name in KNOWN else [])
-         for which in SETS for config in generate(which) if data_file(which).exists()]
+         for which in SETS for config in generate(which)]
 
 
 def _recorded(which: str) -> dict[str, dict]:
-    return {entry["name"]: entry for entry in json.loads(data_file(which).read_text())["configs"]}
+    """The set's measured record; every set has one (a missing file fails its cases, never drops them)."""
+    path = data_file(which)
+    assert path.is_file(), f"the {which} set has no measured record {path}: run benchmarks/sweep_mcore.py measure"
+    return {entry["name"]: entry for entry in json.loads(path.read_text())["configs"]}
 
 
 @pytest.mark.parametrize(("which", "config"), CASES)
 def test_the_mcore_record_stays_within_five_percent_of_its_peak(which, config, tmp_path):
-    entry = _recorded(which)[config.name]
+    entry = _recorded(which).get(config.name)
+    assert entry is not None, f"{config.name} is not in the {which} set's record {data_file(which)}"
     assert "measured_mib" in entry, f"{config.name}: {entry.get('error')}"
     estimated = estimate_config(config.write(tmp_path / f"{config.name}.yaml"), runtime="cpu").stages[0].peak.peak
     reference = measured_reference(entry)

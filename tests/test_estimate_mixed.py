@@ -183,3 +183,27 @@ def _small_config(tmp_path: Path, **shape) -> Path:
     path = tmp_path / "small.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
+
+
+@pytest.mark.mindspore
+def test_measure_trains_a_config_on_its_own_mindrecord_dataset(tmp_path, capsys, monkeypatch):
+    """A YAML that names its own MindRecord file (no `generated_dataset:`) is trained on that file, its relative
+    path read from where the command runs, and the command prints predicted against measured."""
+    import yaml
+
+    from mf_memopt.config.source import load_source
+    from mf_memopt.runtime.data import token_spec, write_mindrecord
+
+    monkeypatch.chdir(tmp_path)
+    path = _small_config(tmp_path, num_layers=2, hidden_size=256, num_heads=4, seq_length=64, batch_size=2,
+                         vocab_size=256, multiple_of=16)
+    document = yaml.safe_load(path.read_text())
+    document.pop("generated_dataset")
+    document["train_dataset"]["data_loader"]["dataset_dir"] = "corpus/train.mindrecord"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    write_mindrecord(token_spec(load_source(path), path=str(tmp_path / "corpus" / "train.mindrecord"), num_samples=8))
+    assert main(["estimate", str(path), "--measure"]) == 0
+    header, row = [line.split() for line in capsys.readouterr().out.splitlines()[2:4]]
+    assert header[:4] == ["stage", "predicted", "measured", "error"]
+    assert row[0] == "0" and row[2] == row[4] == "MiB" and float(row[3]) > 0
+    assert abs(float(row[5].rstrip("%"))) <= 10      # this shape measured 14 MiB here, predicted 14.9 MiB

@@ -20,15 +20,36 @@ from mf_memopt.estimate.measure import CPU_PEAK
 pytestmark = pytest.mark.mindspore
 
 ROOT = Path(__file__).resolve().parents[1]
-WORK = ROOT / "output" / "tests" / "launcher"
+WORK = Path()       # the module's own temporary directory (`_work`): nothing is written into the checkout
 # MindFormers' MFLossMonitor line: "{ Epoch:[  1/  1], step:[    3/   16], loss:[5.418386/5.512039], ..."
 LOSS = re.compile(r"step:\[\s*(\d+)/\s*(\d+)\], loss:\[([\d.]+)/")
 POOL_LOG = {"GLOG_v": "2", "MS_SUBMODULE_LOG_v": "{PRE_ACT:1}"}
 
 
-def _launch(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
+def _checkout() -> set[str]:
+    """Every file of the checkout outside hidden directories (.git, .venv, tool caches) and __pycache__."""
+    found = set()
+    for folder, folders, files in os.walk(ROOT):
+        folders[:] = [name for name in folders if not name.startswith(".") and name != "__pycache__"]
+        found |= {os.path.relpath(os.path.join(folder, name), ROOT) for name in files}
+    return found
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _work(tmp_path_factory):
+    """Run every launch in a temporary directory, and check that no file appeared in the checkout meanwhile."""
+    global WORK
+    WORK = tmp_path_factory.mktemp("launcher")
+    before = _checkout()
+    yield
+    assert sorted(_checkout() - before) == []
+
+
+def _launch(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The launcher, run in `cwd` (the module's directory by default); a relative --config is the checkout's."""
     environment = {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run([sys.executable, str(ROOT / "run_mindformer_memopt.py"), *args], cwd=cwd,
+    args = tuple(str(ROOT / arg) if index and args[index - 1] == "--config" else arg for index, arg in enumerate(args))
+    return subprocess.run([sys.executable, str(ROOT / "run_mindformer_memopt.py"), *args], cwd=cwd or WORK,
                           env=environment, capture_output=True, text=True, timeout=600)
 
 

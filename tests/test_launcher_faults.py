@@ -144,6 +144,35 @@ def test_ctrl_c_during_training_exits_130_and_says_where(tmp_path):
     assert (output / "log" / "rank_0" / "info.log").exists() and not (tmp_path / "output").exists()
 
 
+def _only_child(pid: int) -> int:
+    """The one process `pid` started (the supervised training child), read from /proc."""
+    (child,) = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return int(child)
+
+
+@pytest.mark.mindspore
+@pytest.mark.parametrize("how", ["SIGHUP to the launcher", "SIGTERM to the launcher and its child at once"])
+def test_a_hangup_or_a_job_managers_signal_to_every_process_ends_the_run_cleanly(tmp_path, how):
+    """A closed terminal sends SIGHUP; a job manager that signals every process of the job reaches the training
+    child twice (directly and through the launcher): both are one stop, with the one line and status 130."""
+    output = tmp_path / "out"
+    process = subprocess.Popen(_command(str(TINY), "--output_dir", str(output), "--train_dataset_dir",
+                                        str(tmp_path / "tokens.mindrecord")),
+                               cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in process.stdout:
+        if "step:[    2/" in line:
+            if how.startswith("SIGHUP"):
+                process.send_signal(signal.SIGHUP)
+            else:                     # the launcher's copy comes while the child handles its own
+                os.kill(_only_child(process.pid), signal.SIGTERM)
+                time.sleep(0.3)
+                process.send_signal(signal.SIGTERM)
+            break
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 130, stderr[-3000:]
+    assert stderr.splitlines()[-1].startswith("run_mindformer_memopt.py: interrupted after ")
+
+
 @pytest.mark.mindspore
 def test_sigterm_to_estimate_measure_ends_its_training_child_and_removes_its_files(tmp_path):
     scratch = tmp_path / "scratch"

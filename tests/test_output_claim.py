@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from full_disk import fill, full_disk_env
 from mf_memopt.runtime import claim as claims
 from mf_memopt.runtime.claim import NoRoom, OutputInUse, check_room, claim_output_dir
 
@@ -50,6 +52,17 @@ def test_too_little_room_names_both_figures(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []                  # the probe is gone
 
 
+def test_the_room_needed_counts_every_rank_that_writes_there(tmp_path, monkeypatch):
+    monkeypatch.setattr(claims.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(1 << 30, 700 << 20,
+                                                                                           300 << 20))
+    assert "writes about 144.0 MiB" in check_room(tmp_path, 40 << 20, 2)       # one rank fits
+    with pytest.raises(NoRoom) as refused:
+        check_room(tmp_path, 40 << 20, 2, ranks=4)
+    assert str(refused.value) == (f"output directory {tmp_path} has 300.0 MiB free, but the run writes about 576.0 "
+                                  "MiB (2 checkpoint(s) of about 40.0 MiB and the logs, for each of 4 ranks); free "
+                                  "space or choose another --output_dir")
+
+
 def _command(config: Path, output: Path, *extra: str) -> list[str]:
     return [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(config), "--run_mode", "train",
             "--output_dir", str(output), *extra]
@@ -59,28 +72,26 @@ def _env() -> dict:
     return {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(ROOT)}
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a full file system needs root")
 def test_a_full_disk_is_one_short_answer_naming_the_directory(tmp_path):
-    mount = tmp_path / "full"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], check=True)
-    try:
-        (mount / "out").mkdir()
-        try:                                                # fill it to the last block
-            with open(mount / "filler", "wb", buffering=0) as filler:
-                while True:
-                    filler.write(b"\0" * 4096)
-        except OSError:
-            pass
-        done = subprocess.run(_command(TINY, mount / "out"), cwd=tmp_path, env=_env(), capture_output=True,
-                              text=True, timeout=300)
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
+    output = tmp_path / "out"
+    fill(output)
+    done = subprocess.run(_command(TINY, output), cwd=tmp_path, env=full_disk_env(_env(), tmp_path / "hooks", output),
+                          capture_output=True, text=True, timeout=300)
     lines = (done.stdout + done.stderr).splitlines()
     assert done.returncode == 1 and len(lines) <= 20, lines
     assert "Traceback" not in done.stderr
-    assert lines[-1].startswith(f"run_mindformer_memopt.py: output directory {mount}/out cannot be written (No space "
+    assert lines[-1].startswith(f"run_mindformer_memopt.py: output directory {output} cannot be written (No space "
                                 "left on device)")
+
+
+def _wait_for_holder(lock: Path, run: subprocess.Popen, timeout: float = 300) -> None:
+    """Until `run` holds `lock`: the holder's name is written after the flock is taken, so once the file names the
+    run, the lock is held."""
+    deadline = time.monotonic() + timeout
+    while not (lock.is_file() and lock.read_text().startswith(f"process {run.pid}, ")):
+        assert run.poll() is None, f"the first run ended (exit {run.returncode}) before it held {lock}"
+        assert time.monotonic() < deadline, f"the first run did not hold {lock} within {timeout:.0f} s"
+        time.sleep(0.05)
 
 
 @pytest.mark.mindspore
@@ -89,7 +100,7 @@ def test_the_second_of_two_runs_on_one_directory_stops_and_the_first_keeps_its_w
     dataset = ["--train_dataset_dir", str(tmp_path / "tokens.mindrecord")]
     first = subprocess.Popen(_command(TINY, output, *dataset), cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
-    time.sleep(1)
+    _wait_for_holder(output / ".mf_memopt.rank0.lock", first)
     began = time.monotonic()
     second = subprocess.run(_command(TINY, output, *dataset), cwd=tmp_path, env=_env(), capture_output=True,
                             text=True, timeout=300)
@@ -102,3 +113,19 @@ def test_the_second_of_two_runs_on_one_directory_stops_and_the_first_keeps_its_w
     checkpoints = sorted(path.name for path in (output / "checkpoint" / "rank_0").glob("*.ckpt"))
     assert checkpoints == ["llama_tiny_rank_0-1_16.ckpt", "llama_tiny_rank_0-1_8.ckpt"]
     assert "2 checkpoint(s)" in out.splitlines()[-1]
+
+
+def test_a_released_directory_is_free_even_while_a_process_forked_from_the_run_lives(tmp_path):
+    """MindSpore's dataset workers and other helpers are forked from the training process and inherit the lock's
+    file; the run's end must free the directory all the same."""
+    claim = claim_output_dir(tmp_path, "rank0")
+    forked = os.fork()
+    if forked == 0:                                  # the forked process holds the inherited file and waits
+        time.sleep(30)
+        os._exit(0)
+    try:
+        claim.release()
+        claim_output_dir(tmp_path, "rank0").release()
+    finally:
+        os.kill(forked, signal.SIGKILL)
+        os.waitpid(forked, 0)

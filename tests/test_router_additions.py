@@ -7,7 +7,7 @@ full recompute stopped saving memory (`test_moe_launcher.py`).
 Here: a router alone writes nothing in its forward and hands the step exactly what MindFormers' router writes
 (and its outputs and weight gradients are MindFormers'); and trained through the launcher, each step of the tiny
 DeepSeek-V3 and Qwen3-MoE ends with the same losses, gradient norms, router Parameters (read before the callbacks
-zero them) and trained parameters as with MindFormers' own writes in the forward."""
+zero them) and trained parameters as with MindFormers' own `TopKRouter`, which writes in its forward."""
 
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ FULL = {"recompute": True, "select_recompute": False, "select_comm_recompute": F
 STEPS = 3
 ROUTER_PARAMETERS = ("expert_load", "fi_accu", "expert_bias")
 DEFERRED_LOG = "are added after the optimizer instead"
+MINDFORMERS_ROUTER = "mindformers.parallel_core.training_graph.transformer.moe.router.TopKRouter"
+DEFERRING_ROUTER = "mf_memopt.models.mcore.moe_kernels.CPUTopKRouter"
 # routers built alone: DeepSeek-V3's (sigmoid, expert bias, the best of two groups), Qwen3-MoE's (softmax,
 # gbs_aux_loss) and one with both additions
 ROUTERS = {
@@ -135,6 +137,9 @@ class _RouterParameters:
                  if parameter.name.rsplit(".", 1)[-1] in ROUTER_PARAMETERS}
         with open(self.path, "a", encoding="utf-8") as out:
             out.write(json.dumps(found, sort_keys=True) + "\n")
+        routers = sorted({f"{type(cell).__module__}.{type(cell).__name__}" for _, cell in network.cells_and_names()
+                          if "Router" in type(cell).__name__})
+        Path(self.path).with_suffix(".classes").write_text(json.dumps(routers))
 
 
 def _launch_child(writes: str, config: str, output: str) -> int:
@@ -152,8 +157,8 @@ def _launch_child(writes: str, config: str, output: str) -> int:
     mindformers_order = BaseTrainer.sort_callbacks
     BaseTrainer.sort_callbacks = staticmethod(lambda callbacks: sorted(
         mindformers_order(callbacks), key=lambda callback: not isinstance(callback, recorder)))
-    if writes == "mindformers":
-        moe_kernels.CPUTopKRouter.defer_parameter_additions = lambda self: []
+    if writes == "mindformers":          # the routers stay MindFormers' own TopKRouter, writing in their forward
+        moe_kernels.deferrable_routers = lambda network: []
     return main(["--config", config, "--run_mode", "train", "--train_steps", str(STEPS), "--output_dir", output,
                  "--train_dataset_dir", str(Path(output) / "data" / "tokens.mindrecord"),
                  "--record_steps", str(Path(output) / "steps.jsonl")])
@@ -196,8 +201,9 @@ def test_a_deferring_router_writes_nothing_in_its_forward_and_hands_the_step_wha
 
 
 @cache
-def _trained(model: str, writes: str, tmp: str) -> tuple[list[dict], list[dict], str]:
-    """STEPS steps of the model with full recompute: the step records, the router Parameters, the log."""
+def _trained(model: str, writes: str, tmp: str) -> tuple[list[dict], list[dict], str, list[str]]:
+    """STEPS steps of the model with full recompute: the step records, the router Parameters, the log, the routers'
+    classes."""
     output = Path(tmp) / f"{model}_{writes}"
     output.mkdir()
     data = yaml.safe_load(CONFIGS[model].read_text())
@@ -210,13 +216,14 @@ def _trained(model: str, writes: str, tmp: str) -> tuple[list[dict], list[dict],
     done = _child("launch", writes, str(config), str(output), cwd=Path(tmp))
     records = [json.loads(line) for line in (output / "steps.jsonl").read_text().splitlines()]
     routers = [json.loads(line) for line in parameters.read_text().splitlines()]
-    return records, routers, done.stdout + done.stderr
+    return records, routers, done.stdout + done.stderr, json.loads(parameters.with_suffix(".classes").read_text())
 
 
 @pytest.mark.parametrize("model", CONFIGS)
 def test_training_ends_every_step_as_with_mindformers_writes(model, work):
-    theirs, their_routers, their_log = _trained(model, "mindformers", work)
-    ours, our_routers, our_log = _trained(model, "deferred", work)
+    theirs, their_routers, their_log, their_classes = _trained(model, "mindformers", work)
+    ours, our_routers, our_log, our_classes = _trained(model, "deferred", work)
+    assert their_classes == [MINDFORMERS_ROUTER] and our_classes == [DEFERRING_ROUTER]
     assert DEFERRED_LOG in our_log and DEFERRED_LOG not in their_log
     assert len(ours) == STEPS + 1 and ours == theirs       # losses, norms, scales; then every trained parameter
     assert len(our_routers) == STEPS and our_routers == their_routers

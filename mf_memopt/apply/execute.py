@@ -4,6 +4,9 @@ Every pattern is resolved against the real cells first; if anything is wrong, on
 `ConfigError` lists it all and no attribute has been set. Then the attributes are set,
 one log line per layer and kind in MindFormers' grep-able form, and an `ApplyReport` lists
 every cell and primitive that was touched.
+
+The model comes prepared from the build (`runtime.build`: stand-ins installed, operators MindFormers shares
+between layers copied per layer); apply only sets marks, and refuses a mark on an operator another layer holds.
 """
 
 from __future__ import annotations
@@ -56,13 +59,13 @@ def apply_plan(plan: Plan, model_or_layers: Any, *, device_target: str | None = 
     issues: list[ConfigIssue] = []
     family = plan.family
     followers = [] if isinstance(model_or_layers, Sequence) else family.follower_layers(model_or_layers)
-    shared = family.unshare(layers + followers)
     per_layer = [layer_actions(layer_plan, layer, plan.rules.options, family, plan.file, issues)
                  for layer_plan, layer in zip(plan.layers, layers)]
     # the MTP layers take the last layer's plan; a pattern naming nothing there is not an issue (`_follow`)
     following = [layer_actions(plan.layers[-1], follower, plan.rules.options, family, plan.file, [])
                  for follower in followers]
     issues = _where_layers_differ(issues, per_layer + following)
+    issues += _shared_marks(per_layer + following, layers + followers, plan.file)
     compression = family.compression if any(layer_plan.op_compress for layer_plan in plan.layers) else None
     compressed = [compress_actions(layer_plan.op_compress, layer_plan.layer, layer, compression, plan.file, issues)
                   if layer_plan.op_compress else [] for layer_plan, layer in zip(plan.layers, layers)]
@@ -73,10 +76,6 @@ def apply_plan(plan: Plan, model_or_layers: Any, *, device_target: str | None = 
     lines += _log([warning.render() for warning in plan.warnings], logging.WARNING)
     lines += _log([issue.render() for issue in merge_layers(issues) if issue not in plan.warnings], logging.WARNING)
     lines += _log([f"Resolved: {conflict.message()}" for conflict in plan.conflicts])
-    if shared:
-        lines += _log([f"MindFormers shares {len(shared)} operator object(s) between the decoder layers "
-                       f"({', '.join(shared)}): each layer now has its own copy, so that a mark set for one layer "
-                       "stays in that layer"])
     preset = tuple(mark for index, layer in enumerate(layers) for mark in _preset(index, layer))
     preset += tuple({**mark, "path": f"mtp.layers.{index}.{mark['path']}"} for index, follower in enumerate(followers)
                     for mark in _preset(plan.layers[-1].layer, follower))
@@ -113,6 +112,30 @@ def _where_layers_differ(issues: list[ConfigIssue], per_layer: list[LayerActions
     return [replace(issue, severity="warning", message=f"{issue.message}; it applies in the layers where it matches")
             if issue.severity == "error" and NO_MATCH in issue.message and (issue.path, issue.line) in matched
             else issue for issue in issues]
+
+
+def _shared_marks(per_layer: list[LayerActions], layers: list[Any], file: str) -> list[ConfigIssue]:
+    """An error for each operator the plan marks that another layer holds too: the mark would reach that layer
+    (MindFormers' MoE routers share one gating activation). The build gives each layer its own copy
+    (`runtime.build.unshare_layers`); a model built elsewhere is refused before anything is set."""
+    holders: dict[int, list[int]] = {}
+    for index, layer in enumerate(layers):
+        for _, primitive, _ in cells.walk_primitives(layer):
+            owners = holders.setdefault(id(primitive), [])
+            if index not in owners:
+                owners.append(index)
+    issues = []
+    for position, actions in enumerate(per_layer):      # in the order of `layers`: the decoder's, then followers
+        for action in [*actions.recompute, *actions.offload]:
+            others = [index for index in holders.get(id(action.obj), []) if index != position]
+            if action.target == "primitive" and others:
+                issues.append(ConfigIssue(
+                    file=action.origin.file or file, line=action.origin.line, path=action.origin.key,
+                    message=f"{action.path} of layer {position} is one operator object with layer(s) "
+                            f"{', '.join(map(str, others))}: a mark set for one layer would reach them all",
+                    hint="build the model with mf_memopt.runtime.build.build_model, or call "
+                         "mf_memopt.runtime.build.unshare_layers(network, plan.family, print) before apply_plan"))
+    return issues
 
 
 def _follow(plan: Plan, index: int, actions: LayerActions) -> tuple[list[str], list[Action]]:

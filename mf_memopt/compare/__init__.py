@@ -18,6 +18,7 @@ The memory-pool peak of both runs is read as `estimate --measure` reads it.
 
 from __future__ import annotations
 
+import math
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -71,7 +72,10 @@ class Comparison:
         return [_relative(b.global_norm, c.global_norm) for b, c in zip(self.base.steps, self.candidate.steps)]
 
     def drift(self) -> float:
-        return _worst(self.loss_drifts())
+        return run_drift(self.base.steps, self.candidate.steps)
+
+    def not_finite(self) -> list[int]:
+        return not_finite_steps(self.base.steps, self.candidate.steps)
 
     def first_difference(self) -> int | None:
         return next((b.step for b, c in zip(self.base.steps, self.candidate.steps) if b != c), None)
@@ -119,15 +123,32 @@ def _step_dict(step: Step) -> dict[str, Any]:
 
 
 def _relative(base: float | None, candidate: float | None) -> float | None:
+    """The candidate's relative difference from the base; infinite when only one of them is finite (or the base
+    is 0), nothing when the step did not record the number."""
     if base is None or candidate is None:
         return None
-    if base == candidate:
+    if base == candidate or (math.isnan(base) and math.isnan(candidate)):
         return 0.0
-    return abs(candidate - base) / abs(base) if base else float("inf")
+    if not (math.isfinite(base) and math.isfinite(candidate)) or not base:
+        return math.inf
+    return abs(candidate - base) / abs(base)
 
 
-def _worst(drifts: Sequence[float | None]) -> float:
-    return max((drift for drift in drifts if drift is not None), default=0.0)
+def not_finite_steps(base: Sequence[Step], candidate: Sequence[Step]) -> list[int]:
+    """The steps where the candidate's loss or global gradient norm is NaN or infinite and the base's is finite."""
+    def lost(b: float | None, c: float | None) -> bool:
+        return b is not None and c is not None and math.isfinite(b) and not math.isfinite(c)
+
+    return [c.step for b, c in zip(base, candidate) if lost(b.loss, c.loss) or lost(b.global_norm, c.global_norm)]
+
+
+def run_drift(base: Sequence[Step], candidate: Sequence[Step]) -> float:
+    """The worst relative loss drift over the steps; infinite when the candidate stops being finite where the base
+    is (`max` alone would skip a NaN that does not come first)."""
+    if not_finite_steps(base, candidate):
+        return math.inf
+    drifts = [_relative(b.loss, c.loss) for b, c in zip(base, candidate)]
+    return max((math.inf if math.isnan(d) else d for d in drifts if d is not None), default=0.0)
 
 
 def compare_configs(base: str | Path, candidate: str | Path, *, steps: int, runtime: str | None = None,
@@ -190,7 +211,7 @@ def _bisect(result: Comparison, candidate: Source, base_run: Run, work: Path, *,
         path.write_text(yaml.safe_dump(with_lossy_uses(candidate.data, uses), sort_keys=False))
         progress(f"bisecting: training with {len(uses)} of {len(result.lossy)} quantised use(s) ...")
         run = train_recorded(path, steps=steps, work=work / f"probe{runs:02d}", runtime=runtime, dataset=dataset)
-        drift = _worst([_relative(b.loss, c.loss) for b, c in zip(base_run.steps, run.steps)])
+        drift = run_drift(base_run.steps, run.steps)
         result.probes.append(Probe(uses=uses, drift=drift))
         return drift
 

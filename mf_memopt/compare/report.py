@@ -36,6 +36,9 @@ def comparison_text(result: Comparison) -> str:
                  f"{_mib(result.candidate.peak_bytes)}{_ratio(result)}")
     if result.exact and result.first_difference() is not None:
         lines.append(f"first difference at step {result.first_difference()}")
+    if result.not_finite():
+        lines.append("the candidate's loss or gradient norm is not finite at step(s) "
+                     f"{', '.join(map(str, result.not_finite()))}, where the base's is")
     if not result.exact:
         lines.append(f"loss drift: {result.drift():.3%} at worst (tolerance {result.tolerance:.2%})")
     for probe in result.probes:

@@ -33,7 +33,13 @@ def load_plan(config: str | Path | Mapping[str, Any], *, strict: bool = False) -
     return plan_source(load_source(config), strict=strict)
 
 
+# Top-level sections of MindFormers 2.x's PyNative trainer YAML (`TrainConfig` in mindformers/pynative/config/config.py)
+# that the run_mindformer.py form mf_memopt reads has none of.
+TRAIN_CONFIG_SECTIONS = ("training", "parallelism")
+
+
 def plan_source(source: Source, *, strict: bool = False) -> Plan:
+    raise_if_errors(other_form_issues(source))
     family = family_of(source)
     source, spelled = family.view(source)
     source, cast = integral_offsets(source, family.keys)
@@ -58,6 +64,18 @@ def plan_source(source: Source, *, strict: bool = False) -> Plan:
     if strict and plan.conflicts:
         raise ConfigError([_conflict_issue(source, conflict) for conflict in plan.conflicts])
     return plan
+
+
+def other_form_issues(source: Source) -> list[ConfigIssue]:
+    """One issue for a MindFormers 2.x TrainConfig YAML (a `training:` or `parallelism:` section and no
+    model.model_config), naming its form and the one mf_memopt reads, instead of every key that form lacks."""
+    found = [key for key in TRAIN_CONFIG_SECTIONS if isinstance(source.get((key,)), Mapping)]
+    if not found or source.has(("model", "model_config")):
+        return []
+    return [source.issue((found[0],), "this is a MindFormers 2.x TrainConfig YAML (the PyNative trainer's form: "
+                         "training:, parallelism:, model:, recompute:); mf_memopt reads the run_mindformer.py form "
+                         "(model.model_config, parallel_config, recompute_config, swap_config)",
+                         "write the plan in a run_mindformer.py YAML of the same model")]
 
 
 def _conflict_issue(source: Source, conflict) -> ConfigIssue:

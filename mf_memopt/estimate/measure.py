@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..child import run_owned
+from ..config.source import load_source
+from ..runtime.data import DATASET_DIR, GENERATED
 from .pool_log import ALLOCATION_LOG_LEVELS, CPU_PEAK, NoAllocations, replay
 
 __all__ = ["CPU_PEAK", "MeasureError", "Measurement", "measure_peak", "reading_center"]
@@ -100,7 +102,18 @@ def _replayed(log: str, printed: int) -> int:
 
 def child_command(config: Path, steps: int, output_dir: Path) -> list[str]:
     return [*launcher_head(), "--config", str(config), "--run_mode", "train", "--train_steps", str(steps),
-            "--output_dir", str(output_dir), "--train_dataset_dir", str(output_dir / "data" / "tokens.mindrecord")]
+            "--output_dir", str(output_dir), *dataset_arguments(config, output_dir)]
+
+
+def dataset_arguments(config: Path, output_dir: Path) -> list[str]:
+    """Where the child reads its data: tokens the YAML asks to generate are written under the child's own output;
+    the YAML's own dataset is read where it is, a relative path taken from this process's directory (the child
+    runs in another)."""
+    source = load_source(config)
+    if source.has(GENERATED):
+        return ["--train_dataset_dir", str(output_dir / "data" / "tokens.mindrecord")]
+    dataset = source.get(DATASET_DIR)
+    return ["--train_dataset_dir", str(Path(str(dataset)).resolve())] if isinstance(dataset, str) and dataset else []
 
 
 def child_environment(runtime: str, work: Path, *, allocation_log: bool = False) -> dict[str, str]:

@@ -118,8 +118,9 @@ class ModelFamily:
         return []
 
     def unshare(self, layers: list[Any]) -> list[str]:
-        """Give each decoder layer its own copy of an operator object the layers share, before a plan marks it (a
-        mark on a shared object would reach every layer); the layer-relative paths of those operators."""
+        """Give each decoder layer its own copy of an operator object the layers share (a mark on a shared object
+        would reach every layer); the layer-relative paths of those operators. Called by the build
+        (`runtime.build.unshare_layers`), never by apply."""
         return []
 
     @property

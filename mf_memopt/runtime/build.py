@@ -56,7 +56,19 @@ def build_model(config: Any, family: ModelFamily, *, device_target: str) -> Buil
         network = build_network(config.model, default_args={"parallel_config": config.parallel_config,
                                                             "moe_config": config.moe_config})
     replaced = family.after_build(network, config, device_target, LOGGER.info)
+    unshare_layers(network, family, LOGGER.info)
     return BuiltModel(network=network, config=config, replaced=replaced)
+
+
+def unshare_layers(network: Any, family: ModelFamily, log) -> list[str]:
+    """Give every decoder layer (and every layer that follows the last) its own copy of an operator object
+    MindFormers shares between them, so that a mark the plan sets for one layer stays in that layer; the
+    layer-relative paths of the shared ones. Part of the build: `apply_plan` refuses a mark on a shared object."""
+    shared = family.unshare((family.decoder_layers(network) or []) + family.follower_layers(network))
+    if shared:
+        log(f"MindFormers shares {len(shared)} operator object(s) between the decoder layers ({', '.join(shared)}): "
+            "each layer now has its own copy, so that a mark set for one layer stays in that layer")
+    return shared
 
 
 @contextmanager

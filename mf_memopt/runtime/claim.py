@@ -8,7 +8,7 @@
   then still names it, and the next run takes over with a warning.
 * **Room.** Before training, a real probe is written (1 MiB, synced: a full disk fails here, not in the first
   checkpoint), and the free space is compared with what the run will write: every checkpoint it keeps
-  (parameters and optimizer moments, times `keep_checkpoint_max`) plus its logs.
+  (parameters and optimizer moments, times `keep_checkpoint_max`) plus its logs, for every rank of the job.
 """
 
 from __future__ import annotations
@@ -44,10 +44,13 @@ class Claim:
     taken_over: str | None = None       # the holder the previous run left in the lock file, if it died
 
     def release(self) -> None:
+        """Unlock explicitly: closing the file alone leaves the lock held while a process forked from the run
+        (a dataset worker) still has the file open."""
         if self.fd < 0:
             return
         with contextlib.suppress(OSError):
             os.ftruncate(self.fd, 0)     # a clean end leaves no holder behind
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
         os.close(self.fd)
         self.fd = -1
 
@@ -91,9 +94,12 @@ def _describe_self() -> str:
     return f"process {pid}, started {started}: {command[:300]}"
 
 
-def check_room(path: Path, checkpoint_bytes: int | None, keep: int) -> str:
+def check_room(path: Path, checkpoint_bytes: int | None, keep: int, ranks: int = 1) -> str:
     """Write a real probe and compare the free space with what the run will write; the figures, for the log.
-    `NoRoom` names both figures when they do not fit."""
+    `NoRoom` names both figures when they do not fit.
+
+    Every one of the job's `ranks` writes its own checkpoints and logs, and each checks the same free space: a
+    shared output directory (or one file system under the workers' directories) must hold all of them."""
     probe = path / f".mf_memopt.probe.{os.getpid()}"
     try:
         with open(probe, "wb") as handle:
@@ -106,9 +112,10 @@ def check_room(path: Path, checkpoint_bytes: int | None, keep: int) -> str:
     finally:
         probe.unlink(missing_ok=True)
     free = shutil.disk_usage(path).free
-    need = LOG_BYTES + (checkpoint_bytes or 0) * keep
+    need = ranks * (LOG_BYTES + (checkpoint_bytes or 0) * keep)
     what = (f"{keep} checkpoint(s) of about {_mib(checkpoint_bytes)} and the logs" if checkpoint_bytes
             else "the logs (the checkpoint size is not known for this model)")
+    what += f", for each of {ranks} ranks" if ranks > 1 else ""
     if free < need:
         raise NoRoom(f"output directory {path} has {_mib(free)} free, but the run writes about {_mib(need)} "
                      f"({what}); free space or choose another --output_dir")

@@ -5,8 +5,8 @@ The full traceback goes to `<output>/log/rank_<r>/mf_memopt_failure.log`; the te
 * the dataset cannot be read (MindSpore's pipeline error): the dataset file, the step, the last checkpoint, and
   `check-data` to find the damaged record;
 * a checkpoint cannot be read on resume: the file, its size, and the newest other checkpoint beside it;
-* the disk fills during training (a checkpoint save): the directory, the step, and the checkpoint's `.tmp`
-  file, which is removed.
+* a disk fills during training: the file system (its mount point) and the file being written, the step, and
+  this rank's unfinished checkpoint save (`.tmp`), which is removed (other ranks' saves are theirs).
 
 Anything else is not translated: its traceback stays, since no one line could say more.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import re
 import traceback
 from dataclasses import dataclass, field
@@ -64,22 +65,47 @@ def _keep_traceback(error: BaseException, facts: RunFacts) -> Path:
 def _disk_full(error: BaseException, text: str, facts: RunFacts) -> str | None:
     if not (isinstance(error, OSError) and error.errno == errno.ENOSPC) and _NO_SPACE not in text:
         return None
-    removed = _remove_partial_saves(facts)
-    gone = f"; removed the unfinished save {', '.join(removed)}" if removed else ""
+    partial = _own_partial_saves(facts)
+    written = _full_file(error, partial)
+    full = (f"the file system at {mount_point(written)} filled up while {written} was written" if written
+            else "a file system filled up (the error names no file)")
+    removed = _remove(partial)
+    gone = f"; removed this rank's unfinished save {', '.join(removed)}" if removed else ""
     last = last_checkpoint(facts)
     then = "free space and resume from it" if "good checkpoint" in last else "free space and start again"
-    return (f"the disk of output directory {facts.output} filled up during training, after {facts.step} step(s) "
-            f"of this run{gone}; {last}; {then}")
+    return f"{full}, after {facts.step} step(s) of this run{gone}; {last}; {then}"
 
 
-def _remove_partial_saves(facts: RunFacts) -> list[str]:
+def _own_partial_saves(facts: RunFacts) -> list[Path]:
+    """This rank's unfinished checkpoint saves (MindSpore writes `<name>.tmp` and renames it when done); other
+    ranks' may still be being written by their live workers."""
+    return sorted((facts.output / "checkpoint" / f"rank_{facts.rank}").glob("*.tmp"))
+
+
+def _full_file(error: BaseException, partial: list[Path]) -> Path | None:
+    """The file whose write found no space: the one the error names, else the save this rank had under way."""
+    named = getattr(error, "filename", None)
+    if named:
+        return Path(named)
+    return partial[-1] if partial else None
+
+
+def mount_point(path: Path) -> Path:
+    """The mount point of the file system `path` is on (or would be, for a path not yet there)."""
+    current = Path(os.path.abspath(path))
+    while not current.exists() or not os.path.ismount(current):
+        if current.parent == current:
+            break
+        current = current.parent
+    return current
+
+
+def _remove(paths: list[Path]) -> list[str]:
     removed = []
-    for partial in sorted((facts.output / "checkpoint").glob("rank_*/*.tmp")):
-        try:
-            partial.unlink()
-            removed.append(str(partial))
-        except OSError:
-            pass
+    for path in paths:
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed.append(str(path))
     return removed
 
 

@@ -71,6 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         print(_interrupted_line(state), file=sys.stderr, flush=True)
+        interrupt.finish()
         return interrupt.INTERRUPTED
 
 
@@ -153,7 +154,7 @@ def _train(args: argparse.Namespace, state: _State, source: Source, claim: Claim
     if claim.taken_over:
         LOGGER.warning(f"took over output directory {state.output} from a run that ended without releasing it "
                        f"({claim.taken_over})")
-    LOGGER.info(check_room(state.output, checkpoint_bytes(source), checkpoints_kept(source)))
+    LOGGER.info(check_room(state.output, checkpoint_bytes(source), checkpoints_kept(source), msrun_workers()))
     _mindformers_paths(state.output)
     if args.register_path:
         _register(args.register_path)

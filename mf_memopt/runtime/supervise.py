@@ -8,8 +8,8 @@ starts the training in a child (the same launcher, marked `MF_MEMOPT_SUPERVISED`
 * SIGINT, SIGTERM and SIGHUP are passed on to the child, which stops as before (one line, status 130);
 * the child dies when the supervisor does (PR_SET_PDEATHSIG), so nothing trains on unsupervised;
 * a child that died from a signal is said in one line: the signal, the rank and step it reached, the last good
-  checkpoint, and, where the dataset is small enough to read again at once (`datacheck.AUTO_CHECK_BYTES`),
-  whether and where it is damaged. The status is 1, not the signal's.
+  checkpoint, and, where the dataset is small enough to read again at once (`datacheck.AUTO_CHECK_BYTES`, read
+  for at most `datacheck.AUTO_CHECK_SECONDS`), whether and where it is damaged. The status is 1, not the signal's.
 
 The supervisor reads no config (the child's one reading is the run's) and imports no MindSpore.
 """
@@ -93,7 +93,7 @@ def _collect(read_end: int, facts: dict) -> None:
 
 def death_line(signum: int, facts: dict) -> str:
     """What the run reached before its process died from `signum`, and what to look at."""
-    from .datacheck import AUTO_CHECK_BYTES, check_data, total_bytes
+    from .datacheck import AUTO_CHECK_BYTES, AUTO_CHECK_SECONDS, check_data, total_bytes
     from .failures import RunFacts, last_checkpoint
 
     name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else f"signal {signum}"
@@ -106,15 +106,19 @@ def death_line(signum: int, facts: dict) -> str:
                    step=facts["step"])
     line += f"; {last_checkpoint(run)}"
     if run.datasets and signum != signal.SIGKILL:
-        line += "; " + _data_verdict(run.datasets, total_bytes(run.datasets), AUTO_CHECK_BYTES, check_data)
+        line += "; " + _data_verdict(run.datasets, total_bytes(run.datasets), AUTO_CHECK_BYTES,
+                                     lambda files: check_data(files, timeout=AUTO_CHECK_SECONDS))
     return f"{line}; logs in {run.output / 'log'}"
 
 
 def _data_verdict(files: list[str], size: int, limit: int, check) -> str:
+    command = f"check {', '.join(files)} with `python -m mf_memopt check-data CONFIG`"
     if size > limit:
-        return (f"if its dataset is damaged, MindSpore's reader crashes like this: check {', '.join(files)} with "
-                "`python -m mf_memopt check-data CONFIG`")
-    checked = check(files)
+        return f"if its dataset is damaged, MindSpore's reader crashes like this: {command}"
+    try:
+        checked = check(files)
+    except subprocess.TimeoutExpired as stop:         # a reader that loops on damaged data: the reader was ended
+        return f"its dataset was not read to the end within {stop.timeout:.0f} s (damaged data can do that): {command}"
     if checked.damaged:
         return checked.line()
     return f"its dataset {', '.join(files)} reads whole ({checked.read} records), so the cause is elsewhere"
