@@ -130,3 +130,12 @@ def test_verify_stops_a_pipeline_config_on_cpu_before_compiling(tmp_path, capsys
     assert main(["verify", str(_variant(tmp_path, device="CPU", stages=2)), "--ir-dir", str(tmp_path / "ir")]) == 1
     assert PIPELINE_ON_CPU in _one_line(capsys.readouterr().err)
     assert not (tmp_path / "ir").exists()
+
+
+def test_each_pipeline_worker_says_its_stage_and_layers():
+    from mf_memopt.config.layout import Layout
+    from mf_memopt.runtime.session import stage_line
+
+    layout = Layout(num_layers=6, stages=2, chunks=2, chunk_sizes=((1, 2), (2, 1)))   # offsets as in seed 003
+    assert stage_line(layout, 0, 8).startswith("pipeline stage 0 of 2 on rank 0 of 8: layers 0, 3, 4 (")
+    assert stage_line(layout, 5, 8).startswith("pipeline stage 1 of 2 on rank 5 of 8: layers 1, 2, 5 (")

@@ -14,6 +14,7 @@ from ..apply.execute import ApplyReport, apply_plan
 from ..apply.logs import LOGGER
 from ..config.device import device_of
 from ..config.errors import raise_if_errors
+from ..config.layout import Layout
 from ..config.load import plan_source
 from ..config.plan import Plan
 from ..config.source import Source, load_source
@@ -96,10 +97,23 @@ def prepare(config: str | Path | Source, *, strict: bool = False, overrides: Ove
     run = setup_context(config, device_of(source), use_parallel=use_parallel,
                         written=list(source.get(("context",)) or {}))
     lazy_inline_policy(plan.swap, plan.layout.stages, run.device_target)
+    if plan.layout.stages > 1:
+        LOGGER.info(stage_line(plan.layout, run.rank, run.world_size))
     built = build_model(config, plan.family, device_target=run.device_target)
     report = apply_plan(plan, built.network, device_target=run.device_target)
     return Session(plan=plan, source=source, config=config, run=run, built=built, report=report,
                    generated=[generated] if generated else [])
+
+
+def stage_line(layout: Layout, rank: int, world_size: int) -> str:
+    """Which pipeline stage this worker compiles, and its layers. MindSpore gives rank r the stage
+    r // (world_size / stages); every worker builds and marks every layer, as MindFormers' LayerSetting does, and
+    the compile keeps the stage's."""
+    stage = rank // max(world_size // layout.stages, 1)
+    layers = [layer for layer in range(layout.num_layers) if layout.position(layer)[0] == stage]
+    return (f"pipeline stage {stage} of {layout.stages} on rank {rank} of {world_size}: layers "
+            f"{', '.join(map(str, layers))} (every layer is marked and logged below, as MindFormers' workers do; "
+            "this worker compiles these)")
 
 
 def _parallel(source: Source, overrides: Overrides) -> bool:
