@@ -46,6 +46,7 @@ def main(config: str, out: str) -> int:
     built = build_model(mf_config, plan.family, device_target="Ascend")
     report = apply_plan(plan, built.network, device_target="Ascend")
     layers = find_layers(built.network, plan)
+    followers = plan.family.follower_layers(built.network)          # the MTP layers
     seen: dict = {}
 
     def compile_entry(self, obj, *args, **kwargs):
@@ -66,6 +67,7 @@ def main(config: str, out: str) -> int:
               "micro_batch_num": int(mf_config.parallel_config.micro_batch_num),
               "wrapper": str(mf_config.runner_wrapper.type),
               "pipeline_stage": [int(layer.pipeline_stage) for layer in layers],
+              "follower_stage": [int(layer.pipeline_stage) for layer in followers],
               "layer_recompute": [bool(layer._has_config_recompute) for layer in layers],
               "report": json.loads(report.to_json())}
     Path(out, f"rank_{run.rank}.json").write_text(json.dumps(result, indent=1))

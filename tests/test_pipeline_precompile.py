@@ -48,6 +48,24 @@ def _llama_pp2(tmp_path: Path) -> Path:
     return path
 
 
+def _deepseek_pp2_interleaved(tmp_path: Path) -> Path:
+    """The tiny DeepSeek-V3 (mcore, MoE, one MTP layer) with 5 layers in 2 stages x 2 interleave chunks, offsets
+    [[1, 0], [0, 0]], the 1F1B scheduler, 2 micro-batches and 2-D full-recompute counts."""
+    data = yaml.safe_load((ROOT / "configs" / "deepseek3_tiny.yaml").read_text())
+    data["use_parallel"] = True
+    data["parallel_config"].update(pipeline_stage=2, micro_batch_num=2)
+    data["parallel"] = {"parallel_mode": 1, "gradients_mean": False, "full_batch": True,
+                        "enable_parallel_optimizer": False,
+                        "pipeline_config": {"pipeline_interleave": True, "pipeline_scheduler": "1f1b"}}
+    data["model"]["model_config"].update(num_hidden_layers=5, pp_interleave_num=2, offset=[[1, 0], [0, 0]])
+    data["recompute_config"] = {"recompute": [[1, 0], [0, 1]], "select_recompute": False}
+    data["train_dataset"]["data_loader"]["dataset_dir"] = str(tmp_path / "tokens.mindrecord")
+    data["callbacks"] = [{"type": "MFLossMonitor"}]
+    path = tmp_path / "deepseek3_pp2.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
 def _run_workers(config: Path, tmp_path: Path) -> list[dict]:
     env = {**os.environ, "GLOG_v": "3", "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
@@ -89,3 +107,27 @@ def test_a_llama_pipeline_config_reaches_the_compile_as_mindformers_builds_it(tm
         assert "Formative layer_recompute: [[1, 0]]" in report["log"]
         assert "Set full recompute at layer 0" in report["log"]
         assert "Set select recompute at layer 2: feed_forward" in report["log"]
+
+
+def test_an_interleaved_deepseek_v3_with_offsets_and_mtp_reaches_the_compile(tmp_path):
+    config = _deepseek_pp2_interleaved(tmp_path)
+    plan = load_plan(config)
+    workers = _run_workers(config, tmp_path)
+    stages = [plan.layout.position(layer)[0] for layer in range(plan.num_layers)]
+    assert stages == [0, 0, 1, 0, 1]              # chunk 0: 2 + 1 layers, chunk 1: 1 + 1 (the offsets)
+    for rank, worker in enumerate(workers):
+        assert worker["reached_compile"]
+        assert [(cell["type"], cell["micro_size"]) for cell in worker["cells"]] == [
+            ("MFPipelineWithLossScaleCell", 2), ("_VirtualDatasetCell", None), ("PipelineCellWithMultiOutputs", 2),
+            ("DataOrderWrapperCell", None), ("TrainingDeepseekV3ForCausalLM", None)]
+        assert worker["inputs"] == [[4, 256], [4, 256]]            # input_ids and labels, 2 micro-batches of 2
+        assert worker["pipeline_stage"] == stages
+        assert worker["follower_stage"] == [1]                     # the MTP layer is on the last stage
+        assert worker["layer_recompute"] == [True, False, False, False, True]
+        assert worker["stage_line"].startswith(f"pipeline stage {rank} of 2 on rank {rank} of 2: layers "
+                                               f"{['0, 1, 3', '2, 4'][rank]} (")
+        report = worker["report"]
+        assert [line for line in report["log"] if line.startswith("Set ")] == [
+            "Set full recompute at layer 0", "Set full recompute at layer 4"]
+        assert "Formative layer_recompute: [[1, 0], [0, 1]]" in report["log"]
+        assert {(entry["layer"], entry["path"]) for entry in report["set"]} == {(0, ""), (4, ""), (4, "mtp.layers.0")}
