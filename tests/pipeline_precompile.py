@@ -2,9 +2,9 @@
 
 Run by tests/test_pipeline_precompile.py under msrun on this machine's CPU (`python pipeline_precompile.py CONFIG
 OUT_DIR`). The run is the launcher's `session.prepare` and `train.train` step by step, with two differences:
-the launcher's preflight, which refuses a pipeline config on CPU, is not called; and MindSpore's device is the
-CPU (the only one here) while the build, the plan and MindFormers' Trainer take their Ascend branches (no CPU
-stand-ins, no CPU training step). MindFormers' `build_context` sets semi-auto parallel with the YAML's
+the launcher's checks, which refuse a pipeline config on CPU, are not called (`session.assemble` instead of
+`session.prepare`); and MindSpore's device is the CPU (the only one here) while the build, the plan and
+MindFormers' Trainer take their Ascend branches (`build_for="Ascend"`: no CPU stand-ins, no CPU training step). MindFormers' `build_context` sets semi-auto parallel with the YAML's
 pipeline stages and initialises the communication as msrun's workers do; the Trainer then wraps the model,
 builds the dataset and enters `_CellGraphExecutor.compile`, which this worker intercepts: what it was handed
 is written as JSON to OUT_DIR/rank_<r>.json, and nothing is compiled.
@@ -24,29 +24,21 @@ class CompileReached(Exception):
 def main(config: str, out: str) -> int:
     from mindspore.common.api import _CellGraphExecutor
 
-    from mf_memopt.apply.execute import apply_plan, find_layers
-    from mf_memopt.config.device import device_of
+    from mf_memopt.apply.execute import find_layers
     from mf_memopt.config.load import plan_source
     from mf_memopt.config.source import load_source
-    from mf_memopt.runtime.build import build_model, mindformers_config
-    from mf_memopt.runtime.context import setup_context
-    from mf_memopt.runtime.data import GENERATED, ensure_dataset
     from mf_memopt.runtime.environment import configure_logging, point_mindformers_at
-    from mf_memopt.runtime.session import stage_line
+    from mf_memopt.runtime.session import Overrides, assemble, stage_line
     from mf_memopt.runtime.train import train
 
     point_mindformers_at(Path(out))
     configure_logging()
     source = load_source(config)
     plan = plan_source(source)
-    ensure_dataset(source)
-    mf_config = mindformers_config(source.data)
-    mf_config.pop(GENERATED[0], None)
-    run = setup_context(mf_config, device_of(source), use_parallel=True)
-    built = build_model(mf_config, plan.family, device_target="Ascend")
-    report = apply_plan(plan, built.network, device_target="Ascend")
-    layers = find_layers(built.network, plan)
-    followers = plan.family.follower_layers(built.network)          # the MTP layers
+    session = assemble(source, plan, Overrides(use_parallel=True, output_dir=out), build_for="Ascend")
+    run, mf_config = session.run, session.config
+    layers = find_layers(session.network, plan)
+    followers = plan.family.follower_layers(session.network)          # the MTP layers
     seen: dict = {}
 
     def compile_entry(self, obj, *args, **kwargs):
@@ -55,7 +47,7 @@ def main(config: str, out: str) -> int:
 
     _CellGraphExecutor.compile = compile_entry
     try:
-        train(built.network, mf_config, device_target="Ascend", compile_only=True)
+        train(session.network, mf_config, device_target="Ascend", compile_only=True)
     except CompileReached:
         pass
     result = {"rank": run.rank, "world_size": run.world_size, "stage_line": stage_line(plan.layout, run.rank,
@@ -69,7 +61,7 @@ def main(config: str, out: str) -> int:
               "pipeline_stage": [int(layer.pipeline_stage) for layer in layers],
               "follower_stage": [int(layer.pipeline_stage) for layer in followers],
               "layer_recompute": [bool(layer._has_config_recompute) for layer in layers],
-              "report": json.loads(report.to_json())}
+              "report": json.loads(session.report.to_json())}
     Path(out, f"rank_{run.rank}.json").write_text(json.dumps(result, indent=1))
     return 0
 

@@ -77,7 +77,8 @@ def _run_workers(config: Path, tmp_path: Path) -> list[dict]:
     logs = "".join((tmp_path / "msrun" / f"worker_{rank}.log").read_text()[-3000:] for rank in (0, 1)
                    if (tmp_path / "msrun" / f"worker_{rank}.log").exists())
     assert done.returncode == 0, done.stdout[-2000:] + logs
-    return [json.loads((out / f"rank_{rank}.json").read_text()) for rank in (0, 1)]
+    return [{**json.loads((out / f"rank_{rank}.json").read_text()),
+             "worker_log": (tmp_path / "msrun" / f"worker_{rank}.log").read_text()} for rank in (0, 1)]
 
 
 def test_a_llama_pipeline_config_reaches_the_compile_as_mindformers_builds_it(tmp_path):
@@ -100,6 +101,7 @@ def test_a_llama_pipeline_config_reaches_the_compile_as_mindformers_builds_it(tm
         assert worker["layer_recompute"] == [layer.full_recompute is not None for layer in plan.layers] == [True] + [False] * 3
         assert worker["stage_line"].startswith(f"pipeline stage {rank} of 2 on rank {rank} of 2: layers "
                                                f"{', '.join(str(i) for i in range(2 * rank, 2 * rank + 2))} (")
+        assert f" - INFO - {worker['stage_line']}" in worker["worker_log"]         # what the worker logs
         # what verify reads: the apply report, one entry per mark, and the seed's log lines
         report = worker["report"]
         assert report["device_target"] == "Ascend"
@@ -126,6 +128,7 @@ def test_an_interleaved_deepseek_v3_with_offsets_and_mtp_reaches_the_compile(tmp
         assert worker["layer_recompute"] == [True, False, False, False, True]
         assert worker["stage_line"].startswith(f"pipeline stage {rank} of 2 on rank {rank} of 2: layers "
                                                f"{['0, 1, 3', '2, 4'][rank]} (")
+        assert f" - INFO - {worker['stage_line']}" in worker["worker_log"]
         report = worker["report"]
         assert [line for line in report["log"] if line.startswith("Set ")] == [
             "Set full recompute at layer 0", "Set full recompute at layer 4"]

@@ -82,6 +82,14 @@ def prepare(config: str | Path | Source, *, strict: bool = False, overrides: Ove
     """
     source = config if isinstance(config, Source) else load_source(config)
     plan = check(source, strict=strict, overrides=overrides, plan=plan)
+    return assemble(source, plan, overrides)
+
+
+def assemble(source: Source, plan: Plan, overrides: Overrides, *, build_for: str | None = None) -> Session:
+    """Everything `prepare` does after the checks: the dataset, the context, the model, the applied plan.
+
+    `build_for` is the device the model is built and marked for when it is not the context's: the test of the
+    pipeline path (`tests/pipeline_precompile.py`) builds for Ascend on CPU, up to MindSpore's compile."""
     use_parallel = _parallel(source, overrides)
     workers = msrun_workers()
     if workers > 1 and not use_parallel:
@@ -99,8 +107,8 @@ def prepare(config: str | Path | Source, *, strict: bool = False, overrides: Ove
     lazy_inline_policy(plan.swap, plan.layout.stages, run.device_target)
     if plan.layout.stages > 1:
         LOGGER.info(stage_line(plan.layout, run.rank, run.world_size))
-    built = build_model(config, plan.family, device_target=run.device_target)
-    report = apply_plan(plan, built.network, device_target=run.device_target)
+    built = build_model(config, plan.family, device_target=build_for or run.device_target)
+    report = apply_plan(plan, built.network, device_target=build_for or run.device_target)
     return Session(plan=plan, source=source, config=config, run=run, built=built, report=report,
                    generated=[generated] if generated else [])
 
