@@ -71,3 +71,15 @@ def test_checking_the_device_sets_nothing_and_never_falls_back():
     with pytest.raises(LaunchError, match="context.device_target is Ascend, and this MindSpore cannot load it"):
         require_loadable(device_of(parse_yaml("context:\n  device_target: Ascend\n", "a.yaml")))
     assert ms.get_context("device_target") == before
+
+
+def test_verify_refuses_a_pipeline_config_on_ascend_in_one_line(monkeypatch, tmp_path):
+    from mf_memopt.config.load import load_plan
+    from mf_memopt.runtime import device
+
+    config = tmp_path / "pp.yaml"
+    config.write_text("context:\n  device_target: Ascend\nmodel:\n  model_config:\n    num_layers: 4\n"
+                      "parallel_config:\n  pipeline_stage: 2\n")
+    monkeypatch.setattr(device, "require_loadable", lambda target: None)      # as on a machine with Ascend
+    with pytest.raises(LaunchError, match="pipeline_stage is 2: verify compiles the training step in one process"):
+        device.preflight_compile(config, load_plan(config))
