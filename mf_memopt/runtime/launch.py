@@ -66,12 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     interrupt.install()
     try:
         return _run(args, state)
-    except ConfigError as error:
-        print(error.render(), file=sys.stderr)
-        return 1
-    except LaunchError as error:
-        print(f"{PREFIX}: {error}", file=sys.stderr)
-        return 1
+    except (ConfigError, LaunchError) as error:
+        return _refused(error)
     except KeyboardInterrupt:
         print(_interrupted_line(state), file=sys.stderr, flush=True)
         return interrupt.INTERRUPTED
@@ -116,13 +112,15 @@ def _preflight_only(args: argparse.Namespace) -> int:
 
     try:
         preflight(load_source(args.config), strict=args.strict, overrides=Overrides(use_parallel=args.use_parallel))
-    except ConfigError as error:
-        print(error.render(), file=sys.stderr)
-        return 1
-    except LaunchError as error:
-        print(f"{PREFIX}: {error}", file=sys.stderr)
-        return 1
+    except (ConfigError, LaunchError) as error:
+        return _refused(error)
     return 0
+
+
+def _refused(error: ConfigError | LaunchError) -> int:
+    """A run that cannot start or go on: its reason on stderr, exit status 1."""
+    print(error.render() if isinstance(error, ConfigError) else f"{PREFIX}: {error}", file=sys.stderr)
+    return 1
 
 
 def _flag(text: str) -> bool:
