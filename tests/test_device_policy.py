@@ -139,3 +139,15 @@ def test_each_pipeline_worker_says_its_stage_and_layers():
     layout = Layout(num_layers=6, stages=2, chunks=2, chunk_sizes=((1, 2), (2, 1)))   # offsets as in seed 003
     assert stage_line(layout, 0, 8).startswith("pipeline stage 0 of 2 on rank 0 of 8: layers 0, 3, 4 (")
     assert stage_line(layout, 5, 8).startswith("pipeline stage 1 of 2 on rank 5 of 8: layers 1, 2, 5 (")
+
+
+@pytest.mark.parametrize("config", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda path: path.name)
+def test_every_shipped_training_config_says_it_trains_on_cpu(config):
+    assert device_of(load_source(config)).describe() == "CPU"
+
+
+@pytest.mark.parametrize("config", sorted((ROOT / "configs" / "planning").glob("*.yaml")), ids=lambda path: path.name)
+def test_every_shipped_pipeline_config_means_ascend(config):
+    from mf_memopt.config.load import load_plan
+
+    assert device_of(load_source(config)).target == "Ascend" and load_plan(config).layout.stages > 1
