@@ -151,3 +151,13 @@ def test_every_shipped_pipeline_config_means_ascend(config):
     from mf_memopt.config.load import load_plan
 
     assert device_of(load_source(config)).target == "Ascend" and load_plan(config).layout.stages > 1
+
+
+@pytest.mark.parametrize("command", [["validate"], ["plan"], ["estimate"], ["auto", "--device-memory", "1GiB"],
+                                     ["verify"]])
+def test_every_command_refuses_gpu_with_the_same_line(tmp_path, capsys, command):
+    config = _variant(tmp_path, device="GPU")
+    assert main([command[0], str(config), *command[1:]]) == 1
+    line = _one_line(capsys.readouterr().err)
+    assert line == f"{config}:7: context.device_target: is 'GPU': mf_memopt supports Ascend and CPU (set " \
+                   "context.device_target: CPU to run on this machine's CPU)"

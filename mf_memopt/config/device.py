@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import ConfigError, ConfigIssue, did_you_mean, shown
+from .errors import ConfigError, ConfigIssue, shown
 from .source import KeyPath, Source
 
 DEVICE_TARGET: KeyPath = ("context", "device_target")
@@ -50,7 +50,7 @@ def device_issues(source: Source) -> list[ConfigIssue]:
     if target is None or target in SUPPORTED_DEVICES:
         return []
     spelled = {name.lower(): name for name in SUPPORTED_DEVICES}.get(str(target).lower())
-    hint = f"did you mean `{spelled}`?" if spelled else did_you_mean(str(target), SUPPORTED_DEVICES) or CHOOSE_CPU
+    hint = f"did you mean `{spelled}`?" if spelled else CHOOSE_CPU
     return [source.issue(DEVICE_TARGET, f"is {shown(target)!r}: mf_memopt supports {' and '.join(SUPPORTED_DEVICES)}",
                          hint)]
 
