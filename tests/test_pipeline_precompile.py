@@ -48,15 +48,15 @@ def _llama_pp2(tmp_path: Path) -> Path:
     return path
 
 
-def _deepseek_pp2_interleaved(tmp_path: Path) -> Path:
+def _deepseek_pp2_interleaved(tmp_path: Path, scheduler: str) -> Path:
     """The tiny DeepSeek-V3 (mcore, MoE, one MTP layer) with 5 layers in 2 stages x 2 interleave chunks, offsets
-    [[1, 0], [0, 0]], the 1F1B scheduler, 2 micro-batches and 2-D full-recompute counts."""
+    [[1, 0], [0, 0]], `scheduler`, 2 micro-batches and 2-D full-recompute counts."""
     data = yaml.safe_load((ROOT / "configs" / "deepseek3_tiny.yaml").read_text())
     data["use_parallel"] = True
     data["parallel_config"].update(pipeline_stage=2, micro_batch_num=2)
     data["parallel"] = {"parallel_mode": 1, "gradients_mean": False, "full_batch": True,
                         "enable_parallel_optimizer": False,
-                        "pipeline_config": {"pipeline_interleave": True, "pipeline_scheduler": "1f1b"}}
+                        "pipeline_config": {"pipeline_interleave": True, "pipeline_scheduler": scheduler}}
     data["model"]["model_config"].update(num_hidden_layers=5, pp_interleave_num=2, offset=[[1, 0], [0, 0]])
     data["recompute_config"] = {"recompute": [[1, 0], [0, 1]], "select_recompute": False}
     data["train_dataset"]["data_loader"]["dataset_dir"] = str(tmp_path / "tokens.mindrecord")
@@ -111,8 +111,9 @@ def test_a_llama_pipeline_config_reaches_the_compile_as_mindformers_builds_it(tm
         assert "Set select recompute at layer 2: feed_forward" in report["log"]
 
 
-def test_an_interleaved_deepseek_v3_with_offsets_and_mtp_reaches_the_compile(tmp_path):
-    config = _deepseek_pp2_interleaved(tmp_path)
+@pytest.mark.parametrize("scheduler", ["1f1b", "seqpipe"])      # seqpipe: the shipped DeepSeek-V3 671B's
+def test_an_interleaved_deepseek_v3_with_offsets_and_mtp_reaches_the_compile(tmp_path, scheduler):
+    config = _deepseek_pp2_interleaved(tmp_path, scheduler)
     plan = load_plan(config)
     workers = _run_workers(config, tmp_path)
     stages = [plan.layout.position(layer)[0] for layer in range(plan.num_layers)]
