@@ -56,11 +56,12 @@ class Session:
 
 
 def preflight(source: Source, *, strict: bool = False, overrides: Overrides = Overrides()) -> Plan:
-    """What a run checks before it writes or builds anything: the device (supported, loadable here), the plan, and
-    pipeline parallelism on that device. Raises one ConfigError, or LaunchError for what the machine cannot do."""
+    """What a run checks before it writes or builds anything: the YAML and its plan (the device a supported one),
+    then the device loadable here and pipeline parallelism on it. Raises one ConfigError, or LaunchError for what
+    the machine cannot do."""
+    plan = plan_source(source, strict=strict)
     device = device_of(source)
     require_loadable(device)
-    plan = plan_source(source, strict=strict)
     require_pipeline_support(plan.layout.stages, device, use_parallel=_parallel(source, overrides), config=source.file)
     return plan
 
