@@ -13,6 +13,7 @@ from .config.load import load_plan
 from .config.plan import Plan
 from .config.render import formative_lines, layer_table, summary
 from .estimate.transfer import DEFAULT_HOST_GBPS, DEFAULT_TFLOPS
+from .runtime.errors import LaunchError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -21,6 +22,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args)
     except ConfigError as error:
         print(error.render(), file=sys.stderr)
+        return 1
+    except LaunchError as error:
+        print(f"python -m mf_memopt {argv_command(args)}: {error}", file=sys.stderr)
         return 1
     except Stopped as stop:
         print(f"python -m mf_memopt {argv_command(args)}: {stop}; its child process was ended and its temporary "

@@ -55,6 +55,15 @@ if ! command -v msrun >/dev/null 2>&1; then
   exit 1
 fi
 
+# The command is one string, as in MindFormers' script: split it into words here.
+read -r -a COMMAND <<< "$1"
+# mf_memopt's launcher checks the YAML, its device and pipeline parallelism on it once, here, so that a run that
+# cannot start (a pipeline config on CPU, a device this MindSpore cannot load) stops in one line before msrun
+# starts workers or writes logs.
+if [[ ${COMMAND[0]} == *run_mindformer_memopt.py ]]; then
+  python "${COMMAND[@]}" --preflight || exit 1
+fi
+
 mkdir -p "$LOG_DIR"
 MSRUN=(msrun --worker_num="$WORKER_NUM" --local_worker_num="$LOCAL_WORKER" --master_port="$MASTER_PORT"
        --log_dir="$LOG_DIR" --join="$JOIN" --cluster_time_out="$CLUSTER_TIME_OUT")
@@ -65,6 +74,4 @@ fi
 
 echo "Running: ${MSRUN[*]} $1"
 echo "Worker logs: $LOG_DIR/worker_<rank>.log"
-# The command is one string, as in MindFormers' script: split it into words here.
-read -r -a COMMAND <<< "$1"
 exec "${MSRUN[@]}" "${COMMAND[@]}"

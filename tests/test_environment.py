@@ -26,12 +26,28 @@ def test_the_log_prefix_and_the_worker_directory_name_the_same_rank(monkeypatch,
     assert directory == Path("out/worker_1")
 
 
-def test_pipeline_configs_are_refused_with_an_error_not_a_process_exit():
-    from mf_memopt.runtime.session import check
+@pytest.mark.mindspore
+def test_pipeline_configs_on_cpu_are_refused_with_an_error_not_a_process_exit():
+    from mf_memopt.runtime.session import preflight
 
-    source = parse_yaml("model:\n  model_config:\n    num_layers: 4\nparallel_config:\n  pipeline_stage: 2\n", "pp.yaml")
-    with pytest.raises(LaunchError, match="pipeline_stage is 2; the launcher trains with data parallelism only"):
-        check(source)
+    source = parse_yaml("context:\n  device_target: CPU\nmodel:\n  model_config:\n    num_layers: 4\n"
+                        "parallel_config:\n  pipeline_stage: 2\n", "pp.yaml")
+    with pytest.raises(LaunchError, match="pipeline_stage is 2: MindSpore's CPU backend cannot compile pipeline "
+                                          "parallelism"):
+        preflight(source)
+
+
+def test_pipeline_configs_on_ascend_need_the_distributed_launcher():
+    from mf_memopt.config.device import Device
+    from mf_memopt.runtime.device import require_pipeline_support
+
+    ascend = Device(target="Ascend", written=True)
+    require_pipeline_support(2, ascend, use_parallel=True, config="pp.yaml")
+    require_pipeline_support(1, ascend, use_parallel=False, config="pp.yaml")
+    with pytest.raises(LaunchError, match=r"pipeline_stage is 2: pipeline parallelism trains under msrun with "
+                                          r"--use_parallel True \(MindFormers trains a stand-alone job with "
+                                          r"pipeline_stage 1\)"):
+        require_pipeline_support(2, ascend, use_parallel=False, config="pp.yaml")
 
 
 def test_use_parallel_without_a_launcher_is_an_error_not_a_process_exit(monkeypatch):
@@ -44,12 +60,26 @@ def test_use_parallel_without_a_launcher_is_an_error_not_a_process_exit(monkeypa
 
 
 @pytest.mark.mindspore
-def test_checking_the_written_device_sets_nothing():
+def test_checking_the_device_sets_nothing_and_never_falls_back():
     import mindspore as ms
 
-    from mf_memopt.runtime.session import _device_written
+    from mf_memopt.config.device import device_of
+    from mf_memopt.runtime.device import require_loadable
 
     before = ms.get_context("device_target")
-    assert _device_written(parse_yaml("context:\n  device_target: Ascend\n", "a.yaml")) == "CPU"
-    assert _device_written(parse_yaml("context:\n  device_target: TPU\n", "t.yaml")) == "CPU"
+    require_loadable(device_of(parse_yaml("context:\n  device_target: CPU\n", "c.yaml")))
+    with pytest.raises(LaunchError, match="context.device_target is Ascend, and this MindSpore cannot load it"):
+        require_loadable(device_of(parse_yaml("context:\n  device_target: Ascend\n", "a.yaml")))
     assert ms.get_context("device_target") == before
+
+
+def test_verify_refuses_a_pipeline_config_on_ascend_in_one_line(monkeypatch, tmp_path):
+    from mf_memopt.config.load import load_plan
+    from mf_memopt.runtime import device
+
+    config = tmp_path / "pp.yaml"
+    config.write_text("context:\n  device_target: Ascend\nmodel:\n  model_config:\n    num_layers: 4\n"
+                      "parallel_config:\n  pipeline_stage: 2\n")
+    monkeypatch.setattr(device, "require_loadable", lambda target: None)      # as on a machine with Ascend
+    with pytest.raises(LaunchError, match="pipeline_stage is 2: verify compiles the training step in one process"):
+        device.preflight_compile(config, load_plan(config))

@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from ..config.device import device_of
 from ..config.load import plan_source
 from ..config.source import Source, load_source
 from ..models import family_of
@@ -178,7 +179,8 @@ def compare_configs(base: str | Path, candidate: str | Path, *, steps: int, runt
 
 
 def _runtime(source: Source) -> str:
-    return "ascend" if str(source.get(("context", "device_target"), "CPU")).lower() == "ascend" else "cpu"
+    """The runtime of the base's device (`config.device`: ascend when context.device_target is not set)."""
+    return device_of(source).runtime
 
 
 def _dataset(source: Source) -> Path | None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..models import family_of
 from .checks import context_issues
+from .device import device_issues
 from .errors import ConfigError, ConfigIssue, key_path, raise_if_errors, unique
 from .interactions import resolve
 from .layer_check import layer_issues
@@ -49,6 +50,7 @@ def plan_source(source: Source, *, strict: bool = False) -> Plan:
     layout_keys = (keys.num_layers, keys.interleave, keys.offset, PIPELINE_STAGE)
     layout = None if any(blocked(path) for path in layout_keys) else layout_from(source, keys, issues)
     issues += context_issues(source, family)
+    issues += device_issues(source)
     issues += family.model_issues(source)
     rules = normalise(source, layout, family, issues, blocked) if layout is not None else None
     issues = unique(issues)

@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config.device import device_of
 from ..config.errors import raise_if_errors
 from ..config.source import load_source
 from ..models import family_of
@@ -44,9 +45,8 @@ class StageCheck:
 
 
 def device_runtime(config: str | Path) -> str:
-    """cpu for a config whose context.device_target is CPU, else ascend."""
-    target = load_source(config).get(("context", "device_target"), "Ascend")
-    return "cpu" if str(target).upper() == "CPU" else "ascend"
+    """The runtime of the config's device (`config.device`: ascend when context.device_target is not set)."""
+    return device_of(load_source(config)).runtime
 
 
 def check_backend(config: str | Path, runtime: str) -> None:

@@ -1,10 +1,10 @@
 """MindSpore context for a training run, set by MindFormers' own build_context.
 
 Before MindFormers sees the config, what the machine cannot do is settled and said once:
-a `device_target` this MindSpore cannot use falls back to CPU; Ascend-only context keys are
-dropped off Ascend; `--use_parallel True` on CPU gets data parallelism (`parallel.parallel_mode: 0`,
-gradients averaged) when the YAML does not name a mode, because semi-auto and auto parallel do
-not run on CPU.
+the device is the YAML's (`config.device`: Ascend when it does not say; `session.preflight` has
+stopped a run whose device cannot be loaded); Ascend-only context keys are dropped on CPU;
+`--use_parallel True` on CPU gets data parallelism (`parallel.parallel_mode: 0`, gradients averaged)
+when the YAML does not name a mode, because semi-auto and auto parallel do not run on CPU.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..apply.logs import LOGGER
+from ..config.device import Device
 from .environment import LAZY_INLINE_NO_PIPELINE, lazy_inline_without_pipeline, under_launcher
 from .errors import LaunchError
 
@@ -31,8 +32,8 @@ class RunContext:
     world_size: int = 1
 
 
-def setup_context(config: Any, *, use_parallel: bool, written: Collection[str] = ()) -> RunContext:
-    """Settle device and parallel settings in `config` (a MindFormerConfig), then build_context.
+def setup_context(config: Any, device: Device, *, use_parallel: bool, written: Collection[str] = ()) -> RunContext:
+    """Settle device and parallel settings in `config` (a MindFormerConfig) for `device`, then build_context.
 
     `written` names the context keys the YAML itself has (MindFormerConfig adds template defaults,
     such as max_device_memory, that are dropped off Ascend without a word)."""
@@ -41,34 +42,23 @@ def setup_context(config: Any, *, use_parallel: bool, written: Collection[str] =
 
     if config.context is None:
         config.context = {}
-    device = _device_target(ms, config.context.get("device_target", "CPU"))
-    config.context.device_target = device
-    if device != "Ascend":
-        _drop_ascend_keys(config.context, device, written)
+    config.context.device_target = device.target
+    if device.cpu:
+        _drop_ascend_keys(config.context, device.target, written)
     config.use_parallel = use_parallel
     if use_parallel:
         _require_launcher()
-        if device == "CPU":
+        if device.cpu:
             _cpu_data_parallel(config)
     context = build_context(config)
     ms.set_seed(int(config.seed or 0))
-    run = RunContext(device_target=device, rank=context.rank_id, world_size=context.device_num)
+    run = RunContext(device_target=device.target, rank=context.rank_id, world_size=context.device_num)
     if use_parallel:
         mode = ms.get_auto_parallel_context("parallel_mode")
-        LOGGER.info(f"{mode.replace('_', ' ')} training: rank {run.rank} of {run.world_size} on {device}")
+        LOGGER.info(f"{mode.replace('_', ' ')} training: rank {run.rank} of {run.world_size} on {device.target}")
         if mode == "data_parallel":
             _data_parallel_size(config, run.world_size)
     return run
-
-
-def _device_target(ms: Any, wanted: str) -> str:
-    try:
-        ms.set_device(wanted)
-    except (RuntimeError, ValueError) as error:
-        LOGGER.warning(f"context.device_target is {wanted}, which this MindSpore cannot use ({error}); "
-                       "running on CPU instead")
-        return "CPU"
-    return wanted
 
 
 def _drop_ascend_keys(section: Any, device: str, written: Collection[str]) -> None:

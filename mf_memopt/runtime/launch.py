@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..apply.logs import LOGGER
 from ..config.errors import ConfigError
+from ..config.plan import Plan
 from ..config.source import Source, load_source
 from . import interrupt
 from .claim import Claim, check_room, claim_output_dir
@@ -53,6 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               "(--run_mode train); to check or explain a config without training use "
               f"`python -m mf_memopt plan {args.config}`", file=sys.stderr)
         return 2
+    if args.preflight:
+        return _preflight_only(args)
     if not supervised():
         return supervise(argv, PREFIX)
     # A log handler that cannot write (a full disk) must not print its own traceback for every line: the run
@@ -63,12 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     interrupt.install()
     try:
         return _run(args, state)
-    except ConfigError as error:
-        print(error.render(), file=sys.stderr)
-        return 1
-    except LaunchError as error:
-        print(f"{PREFIX}: {error}", file=sys.stderr)
-        return 1
+    except (ConfigError, LaunchError) as error:
+        return _refused(error)
     except KeyboardInterrupt:
         print(_interrupted_line(state), file=sys.stderr, flush=True)
         interrupt.finish()
@@ -102,7 +101,27 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--strict", action="store_true", help="refuse configs whose rules conflict")
     parser.add_argument("--force", action="store_true", help="replace an existing apply report instead of keeping "
                                                              "it under a dated name")
+    parser.add_argument("--preflight", action="store_true",
+                        help="only check what is checked before anything is written (the YAML, its plan, the device, "
+                             "pipeline parallelism on it) and exit; scripts/msrun_launcher.sh runs this before msrun")
     return parser
+
+
+def _preflight_only(args: argparse.Namespace) -> int:
+    """The checks of `_run` before the output directory, in this process; 0 when the run may start."""
+    from .session import Overrides, preflight
+
+    try:
+        preflight(load_source(args.config), strict=args.strict, overrides=Overrides(use_parallel=args.use_parallel))
+    except (ConfigError, LaunchError) as error:
+        return _refused(error)
+    return 0
+
+
+def _refused(error: ConfigError | LaunchError) -> int:
+    """A run that cannot start or go on: its reason on stderr, exit status 1."""
+    print(error.render() if isinstance(error, ConfigError) else f"{PREFIX}: {error}", file=sys.stderr)
+    return 1
 
 
 def _flag(text: str) -> bool:
@@ -121,23 +140,25 @@ def _flag_or_name(text: str) -> bool | str:
 
 
 def _run(args: argparse.Namespace, state: _State) -> int:
-    from .session import use_parallel_of
+    from .session import Overrides, preflight, use_parallel_of
 
     source = load_source(args.config)           # the one reading of the config for this run
+    # the device and pipeline parallelism are settled before anything is written (runtime/device.py)
+    plan = preflight(source, strict=args.strict, overrides=Overrides(use_parallel=args.use_parallel))
     written = Path(args.output_dir or source.get(("output_dir",)) or "output")
     state.output = check_output_dir(worker_output(written, use_parallel=use_parallel_of(source, args.use_parallel)))
     claim = claim_output_dir(state.output, process_role())
     try:
-        return _claimed(args, state, source, claim)
+        return _claimed(args, state, source, plan, claim)
     finally:
         claim.release()
 
 
-def _claimed(args: argparse.Namespace, state: _State, source: Source, claim: Claim) -> int:
+def _claimed(args: argparse.Namespace, state: _State, source: Source, plan: Plan, claim: Claim) -> int:
     facts = RunFacts(output=state.output, datasets=dataset_files(source, args.train_dataset_dir))
     report(output=str(state.output), rank=int(rank()), workers=msrun_workers(), datasets=facts.datasets)
     try:
-        return _train(args, state, source, claim)
+        return _train(args, state, source, plan, claim)
     except (ConfigError, LaunchError, KeyboardInterrupt):
         raise
     except Exception as error:
@@ -148,7 +169,7 @@ def _claimed(args: argparse.Namespace, state: _State, source: Source, claim: Cla
         raise translated from None
 
 
-def _train(args: argparse.Namespace, state: _State, source: Source, claim: Claim) -> int:
+def _train(args: argparse.Namespace, state: _State, source: Source, plan: Plan, claim: Claim) -> int:
     from .session import Overrides, check, prepare
 
     if claim.taken_over:
@@ -162,7 +183,7 @@ def _train(args: argparse.Namespace, state: _State, source: Source, claim: Claim
                           load_checkpoint=args.load_checkpoint, resume_training=args.resume_training,
                           train_dataset_dir=args.train_dataset_dir, device_id=args.device_id, seed=args.seed,
                           epochs=args.epochs)
-    plan = check(source, strict=args.strict, overrides=overrides)
+    plan = check(source, strict=args.strict, overrides=overrides, plan=plan)
     state.phase = "building the model"
     session = prepare(source, strict=args.strict, overrides=overrides, plan=plan)
     state.rank = session.run.rank

@@ -12,15 +12,17 @@ from typing import Any
 
 from ..apply.execute import ApplyReport, apply_plan
 from ..apply.logs import LOGGER
+from ..config.device import device_of
 from ..config.errors import raise_if_errors
+from ..config.layout import Layout
 from ..config.load import plan_source
 from ..config.plan import Plan
 from ..config.source import Source, load_source
 from .build import BuiltModel, build_model, mindformers_config
 from .context import RunContext, lazy_inline_policy, setup_context
 from .data import GENERATED, ensure_dataset
+from .device import require_loadable, require_pipeline_support
 from .environment import msrun_workers
-from .errors import LaunchError
 from .training_checks import training_issues
 
 
@@ -53,14 +55,23 @@ class Session:
         return self.built.network
 
 
-def check(source: Source, *, strict: bool = False, overrides: Overrides = Overrides()) -> Plan:
-    """Validate and plan the YAML, and check the training sections; raises one ConfigError."""
+def preflight(source: Source, *, strict: bool = False, overrides: Overrides = Overrides()) -> Plan:
+    """What a run checks before it writes or builds anything: the YAML and its plan (the device a supported one),
+    then the device loadable here and pipeline parallelism on it. Raises one ConfigError, or LaunchError for what
+    the machine cannot do."""
     plan = plan_source(source, strict=strict)
-    if plan.layout.stages > 1:
-        raise LaunchError(f"{source.file}: pipeline_stage is {plan.layout.stages}; the launcher trains with data "
-                         "parallelism only (plan pipeline configs with `python -m mf_memopt plan`)")
-    raise_if_errors(training_issues(source, device_target=_device_written(source), use_parallel=_parallel(
-        source, overrides), dataset_dir=overrides.train_dataset_dir))
+    device = device_of(source)
+    require_loadable(device)
+    require_pipeline_support(plan.layout.stages, device, use_parallel=_parallel(source, overrides), config=source.file)
+    return plan
+
+
+def check(source: Source, *, strict: bool = False, overrides: Overrides = Overrides(),
+          plan: Plan | None = None) -> Plan:
+    """`preflight` (unless its `plan` is given), then the training sections; raises one ConfigError."""
+    plan = plan or preflight(source, strict=strict, overrides=overrides)
+    raise_if_errors(training_issues(source, device_target=device_of(source).target,
+                                    use_parallel=_parallel(source, overrides), dataset_dir=overrides.train_dataset_dir))
     return plan
 
 
@@ -71,7 +82,15 @@ def prepare(config: str | Path | Source, *, strict: bool = False, overrides: Ove
     `config` is read once (a path) or has been (a Source): the plan and MindFormers' Trainer use that one reading.
     """
     source = config if isinstance(config, Source) else load_source(config)
-    plan = plan or check(source, strict=strict, overrides=overrides)
+    plan = check(source, strict=strict, overrides=overrides, plan=plan)
+    return assemble(source, plan, overrides)
+
+
+def assemble(source: Source, plan: Plan, overrides: Overrides, *, build_for: str | None = None) -> Session:
+    """Everything `prepare` does after the checks: the dataset, the context, the model, the applied plan.
+
+    `build_for` is the device the model is built and marked for when it is not the context's: the test of the
+    pipeline path (`tests/pipeline_precompile.py`) builds for Ascend on CPU, up to MindSpore's compile."""
     use_parallel = _parallel(source, overrides)
     workers = msrun_workers()
     if workers > 1 and not use_parallel:
@@ -84,12 +103,26 @@ def prepare(config: str | Path | Source, *, strict: bool = False, overrides: Ove
     config = mindformers_config(source.data)
     _apply_overrides(config, overrides)
     config.pop(GENERATED[0], None)
-    run = setup_context(config, use_parallel=use_parallel, written=list(source.get(("context",)) or {}))
+    run = setup_context(config, device_of(source), use_parallel=use_parallel,
+                        written=list(source.get(("context",)) or {}))
     lazy_inline_policy(plan.swap, plan.layout.stages, run.device_target)
-    built = build_model(config, plan.family, device_target=run.device_target)
-    report = apply_plan(plan, built.network, device_target=run.device_target)
+    if plan.layout.stages > 1:
+        LOGGER.info(stage_line(plan.layout, run.rank, run.world_size))
+    built = build_model(config, plan.family, device_target=build_for or run.device_target)
+    report = apply_plan(plan, built.network, device_target=build_for or run.device_target)
     return Session(plan=plan, source=source, config=config, run=run, built=built, report=report,
                    generated=[generated] if generated else [])
+
+
+def stage_line(layout: Layout, rank: int, world_size: int) -> str:
+    """Which pipeline stage this worker compiles, and its layers. MindSpore gives rank r the stage
+    r // (world_size / stages); every worker builds and marks every layer, as MindFormers' LayerSetting does, and
+    the compile keeps the stage's."""
+    stage = rank // max(world_size // layout.stages, 1)
+    layers = [layer for layer in range(layout.num_layers) if layout.position(layer)[0] == stage]
+    return (f"pipeline stage {stage} of {layout.stages} on rank {rank} of {world_size}: layers "
+            f"{', '.join(map(str, layers))} (every layer is marked and logged below, as MindFormers' workers do; "
+            "this worker compiles these)")
 
 
 def _parallel(source: Source, overrides: Overrides) -> bool:
@@ -99,18 +132,6 @@ def _parallel(source: Source, overrides: Overrides) -> bool:
 def use_parallel_of(source: Source, flag: bool | None) -> bool:
     """--use_parallel when given, else use_parallel of the YAML."""
     return flag if flag is not None else bool(source.get(("use_parallel",), False))
-
-
-def _device_written(source: Source) -> str:
-    """The device the run will use as far as the YAML says (setup_context may still fall back to CPU); nothing
-    is set here."""
-    from mindspore import hal
-
-    wanted = source.get(("context", "device_target"), "CPU")
-    try:
-        return wanted if isinstance(wanted, str) and hal.is_available(wanted) else "CPU"
-    except ValueError:       # a device name this MindSpore does not know
-        return "CPU"
 
 
 def _apply_overrides(config: Any, overrides: Overrides) -> None:

@@ -131,7 +131,7 @@ def train(network: Any, config: Any, *, device_target: str, steps: int | None = 
     from mindformers import Trainer
 
     progress = progress or Progress()
-    if device_target != "Ascend":
+    if device_target == "CPU":
         use_cpu_wrapper(config)
     if compile_only:
         config.callbacks = []

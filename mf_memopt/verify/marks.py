@@ -27,6 +27,7 @@ from pathlib import Path
 from ..child import run_owned
 from ..config.errors import ConfigError, ConfigIssue
 from ..config.load import load_plan
+from ..runtime.device import preflight_compile
 from .compression import check_compression
 from .ir import Graph, Node, find_validate_ir, read_ir
 
@@ -75,6 +76,7 @@ class VerifyResult:
 
 def verify(config: str | Path, *, ir_dir: str | Path | None = None) -> VerifyResult:
     plan = load_plan(config)
+    preflight_compile(config, plan)             # before the child compiles or writes anything
     with tempfile.TemporaryDirectory(prefix="mf_memopt_verify_") as scratch:
         directory = Path(ir_dir) if ir_dir else Path(scratch) / "ir"
         report_path = Path(scratch) / "apply_report.json"

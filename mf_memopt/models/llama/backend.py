@@ -75,14 +75,14 @@ def prepare_build(config: Any, device_target: str, log: Callable[[str], None]) -
         log(ATTENTION_CORE_NOTE)
     for section, off in SECTIONS_OFF.items():
         config[section] = dict(off)
-    if device_target != "Ascend":
+    if device_target == "CPU":
         # MindFormers turns lazy_inline on whenever the job is not stand-alone; lazy_inline
         # graphs do not run on the CPU backend.
         model_config.disable_lazy_inline = True
 
 
 def after_build(network: Any, config: Any, device_target: str, log: Callable[[str], None]) -> list[str]:
-    if device_target == "Ascend" or not config.model.model_config.use_flash_attention:
+    if device_target != "CPU" or not config.model.model_config.use_flash_attention:
         return []
     from .cpu_attention import replace_flash_attention
 

@@ -77,7 +77,7 @@ def prepare_build(config: Any, device_target: str, log: Callable[[str], None]) -
         if key in model_config:
             del model_config[key]
     model_config.swap = False
-    if device_target != "Ascend":
+    if device_target == "CPU":
         model_config.disable_lazy_inline = True     # lazy_inline graphs do not run on the CPU backend
 
 
@@ -86,7 +86,7 @@ def after_build(network: Any, config: Any, device_target: str, log: Callable[[st
     if marked:
         log("MindFormers' mcore cells mark these operators for recompute themselves, in every layer; mf_memopt "
             f"leaves them: {', '.join(marked)}")
-    if device_target == "Ascend":
+    if device_target != "CPU":
         return []
     from .cpu_kernels import replace_cpu_kernels
     from .moe_kernels import deferrable_routers
