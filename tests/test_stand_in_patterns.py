@@ -75,3 +75,18 @@ def test_the_tiny_deepseek3_with_the_default_comm_pattern_trains_on_cpu(tmp_path
     assert "Set select comm recompute: enorm.norm, hnorm.norm, final_layernorm.norm" in done.stdout
     losses = {int(step): float(loss) for step, loss in LOSS.findall(done.stdout)}
     assert sorted(losses) == [1, 2]
+
+
+def test_verify_finds_the_comm_marks_on_the_stand_ins_operators(tmp_path):
+    """The compiled graph has the mark on every operator inside each norm stand-in, and `verify` agrees."""
+    from mf_memopt.verify.marks import verify
+
+    data = yaml.safe_load((ROOT / "configs" / "deepseek3_tiny.yaml").read_text())
+    data["recompute_config"] = {"recompute": False, "select_recompute": False, "select_comm_recompute": True}
+    data["output_dir"] = str(tmp_path / "out")
+    config = tmp_path / "deepseek3_comm.yaml"
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = verify(config)
+    assert result.agrees, [check.disagreements for check in result.layers]
+    # six operators inside each of the two norms of a decoder layer (the CPURmsNorm's, as compiled)
+    assert [check.comm for check in result.layers[:4]] == [12] * 4
