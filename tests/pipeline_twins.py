@@ -38,6 +38,14 @@ MCORE = {"qwen3_32b": "qwen3/pretrain_qwen3_32b_4k.yaml",
 LEGACY = {"llama2_7b_swap_pp2": "configs/planning/llama2_7b_swap_pp2.yaml",
           "interleave_48l_pp5": "configs/planning/interleave_48l_pp5.yaml",
           "per_stage_counts_pp16": "configs/planning/per_stage_counts_pp16.yaml"}
+# A shipped YAML with swap added (in model_config, where MindFormers reads it for mcore models): layer indices, so
+# the 61 layers stay; layer 60's plan is the MTP layer's too
+VARIANTS = {"deepseek3_671b_swap": ("deepseek3_671b", {
+    "recompute_config": {"recompute": [0, 1, 2, 30], "select_recompute": {"mlp\\.shared_experts": [3, 4, 40]},
+                         "mp_comm_recompute": True},
+    "model_config": {"swap": True, "layer_swap": [{"backward_prefetch": 3, "layers": [2, 5, 60]}],
+                     "op_swap": [{"op_name": "self_attention", "backward_prefetch": 2, "layers": [4, 20, 30, 33]},
+                                 {"op_name": "mlp\\.experts", "backward_prefetch": 1, "layers": [40, 41]}]}})}
 # What a twin keeps of its YAML, by key path (the layer count follows the offsets: `layers()`)
 LAYOUT = (("parallel_config", "pipeline_stage"), ("parallel_config", "micro_batch_num"),
           ("parallel", "pipeline_config"), ("recompute_config",), ("swap_config",))
@@ -67,8 +75,15 @@ ONE = {"data_parallel": 1, "model_parallel": 1, "expert_parallel": 1, "context_p
 
 
 def shipped(name: str) -> dict:
+    """The YAML as shipped (a variant: its base with the variant's sections)."""
     import yaml
 
+    if name in VARIANTS:
+        base, changes = VARIANTS[name]
+        data = shipped(base)
+        data["recompute_config"] = changes["recompute_config"]
+        data["model"]["model_config"].update(changes["model_config"])
+        return data
     path = WHEEL / MCORE[name] if name in MCORE else ROOT / LEGACY[name]
     return yaml.safe_load(path.read_text(encoding="utf-8"))
 
@@ -107,7 +122,8 @@ def twin(data: dict, output_dir: str) -> dict:
         shape.pop("seq_length")             # MindFormers wants more than 2048 tokens with the compressed mask
         shape.pop("max_position_embeddings")
     model_config.update(shape)
-    if (data.get("swap_config") or {}).get("swap") is not True:    # with swap on, recompute names layer indices
+    swap = (data.get("swap_config") or {}).get("swap") is True or model_config.get("swap") is True
+    if not swap:                            # with swap on, recompute names layer indices
         model_config["num_layers" if legacy else "num_hidden_layers"] = layers(data)
     model_config.pop("pretrained_model_dir", None)
     data.pop("pretrained_model_dir", None)
@@ -204,7 +220,7 @@ def run(name: str, work: str) -> dict:
 def main(argv: list[str]) -> int:
     work = tempfile.TemporaryDirectory(prefix="mf_memopt_twins_")
     results = {}
-    for name in argv or [*MCORE, *LEGACY]:
+    for name in argv or [*MCORE, *VARIANTS, *LEGACY]:
         print(f"twin {name}", file=sys.stderr)
         results[name] = run(name, work.name)
     work.cleanup()

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import pipeline_twins  # noqa: E402  (the tests folder is not a package)
 
-TWINS = [*pipeline_twins.MCORE, *pipeline_twins.LEGACY]
+TWINS = [*pipeline_twins.MCORE, *pipeline_twins.VARIANTS, *pipeline_twins.LEGACY]
 
 
 @cache
@@ -38,7 +38,8 @@ def _results(names: tuple[str, ...]) -> dict:
 
 def _result(name: str) -> dict:
     """One child process per family: a build switches MindFormers' process-wide context."""
-    return _results(tuple(pipeline_twins.MCORE if name in pipeline_twins.MCORE else pipeline_twins.LEGACY))[name]
+    legacy = name in pipeline_twins.LEGACY
+    return _results(tuple(pipeline_twins.LEGACY if legacy else [*pipeline_twins.MCORE, *pipeline_twins.VARIANTS]))[name]
 
 
 def _data(name: str) -> dict:
@@ -63,7 +64,8 @@ def test_the_twins_cover_every_pipeline_layout_the_issue_names():
     layouts = {name: load_plan(_data(name)).layout for name in TWINS}
     assert {name: (layout.stages, layout.chunks) for name, layout in layouts.items()} == {
         "qwen3_32b": (4, 1), "qwen3_30b_a3b": (4, 1), "telechat3_36b": (2, 2), "deepseek3_671b": (8, 2),
-        "deepseek3_12b": (16, 1), "llama2_7b_swap_pp2": (2, 1), "interleave_48l_pp5": (5, 2),
+        "deepseek3_12b": (16, 1), "deepseek3_671b_swap": (8, 2), "llama2_7b_swap_pp2": (2, 1),
+        "interleave_48l_pp5": (5, 2),
         "per_stage_counts_pp16": (16, 1)}
     assert _data("deepseek3_671b")["model"]["model_config"]["num_nextn_predict_layers"] == 1
 
@@ -103,16 +105,46 @@ def _documented(name: str, theirs: dict, ours: dict) -> tuple[dict, dict]:
         for path, marks in theirs.items():
             if _under(path, full) and "cell_recompute" not in marks:
                 assert marks.pop("slice_activation") is False, path
-    # rule 3, recompute beats swap: a layer swap dropped where the layer is fully recomputed (validate's conflict),
-    # and no offload on an operator that is itself recomputed
-    dropped = {f"layers.{layer}" for conflict in load_plan(data).conflicts if conflict.rule == "recompute-over-swap"
-               and conflict.effect == "dropped" and conflict.dropped.pattern is None for layer in conflict.layers}
+    plan = load_plan(data)
+    _unshared(plan, theirs, ours)
+    # rule 3, recompute beats swap: a swap dropped where the layer is fully recomputed (validate's conflict), and no
+    # offload on an operator that is itself recomputed
+    dropped = {f"layers.{layer}" for conflict in plan.conflicts if conflict.rule == "recompute-over-swap"
+               and conflict.effect == "dropped" and conflict.kept.what == "full recompute" for layer in conflict.layers}
     for path, marks in theirs.items():
         if _under(path, dropped) or marks.get("recompute") is True and "offload" in marks:
             assert "offload" not in ours.get(path, {}), path
-            marks.pop("offload", None), marks.pop("backward_prefetch", None)
+            _pop(marks, SWAP)
     return ({path: marks for path, marks in theirs.items() if marks},
             {path: marks for path, marks in ours.items() if marks})
+
+
+def _unshared(plan, theirs: dict, ours: dict) -> None:
+    """Unshared operators: MindFormers' MoE routers share one gating activation object, so an offload one layer's
+    swap sets on it is on every layer's (MindFormers' marks: one value everywhere); mf_memopt gives each layer its
+    own, offloaded only in the layers whose plan swaps it (here: the layer swaps, and the MTP layer after the last
+    layer)."""
+    shared = [path for path in theirs if path.endswith("mlp.router.gating_activation")]
+    if not any("offload" in theirs[path] for path in shared):
+        return
+    # one object: the same marks in every layer, those of the models built before it in the process included
+    assert len({json.dumps(theirs[path], sort_keys=True) for path in shared}) == 1
+    swapped = {f"layers.{layer.layer}" for layer in plan.layers if layer.layer_swap is not None}
+    if f"layers.{plan.num_layers - 1}" in swapped:
+        swapped.add("mtp.layers.0")
+    for path in shared:
+        theirs[path] = {}
+    for path in [path for path in ours if path.endswith("mlp.router.gating_activation")]:
+        assert "offload" not in ours[path] or _under(path, swapped), path
+        _pop(ours[path], SWAP)
+
+
+SWAP = ("offload", "backward_prefetch")
+
+
+def _pop(marks: dict, keys: tuple[str, ...]) -> None:
+    for key in keys:
+        marks.pop(key, None)
 
 
 @pytest.mark.parametrize("name", TWINS)
@@ -134,12 +166,24 @@ def test_the_mtp_layer_sits_on_the_last_stage_with_the_last_layers_plan(name):
                                                                                   "pipeline_stage": stages - 1}
 
 
+def test_the_mtp_layer_is_swapped_with_the_last_layer():
+    result = _result("deepseek3_671b_swap")
+    for marks in (result["ours"], result["theirs"]):
+        assert marks["mtp.layers.0"] == {"pipeline_stage": 7}
+        assert marks["mtp.layers.0.enorm.norm"] == marks["layers.60.input_layernorm.norm"] == {
+            "offload": True, "backward_prefetch": 3}
+
+
 @pytest.mark.parametrize("name", TWINS)
 def test_validate_reports_each_documented_difference(name):
     """On the YAML itself, as `validate` reads it: one note per rule it meets, at the key's line."""
     recompute = _data(name).get("recompute_config") or {}
-    path = pipeline_twins.WHEEL / pipeline_twins.MCORE[name] if name in pipeline_twins.MCORE else \
-        ROOT / pipeline_twins.LEGACY[name]
+    if name in pipeline_twins.VARIANTS:
+        path = pipeline_twins.shipped(name)         # no file: no lines
+    elif name in pipeline_twins.MCORE:
+        path = pipeline_twins.WHEEL / pipeline_twins.MCORE[name]
+    else:
+        path = ROOT / pipeline_twins.LEGACY[name]
     plan = load_plan(path)
     rules = [note.message.split("]")[0].split("[")[1] for note in plan.differences]
     full = any(layer.full_recompute is not None for layer in plan.layers)
@@ -150,5 +194,8 @@ def test_validate_reports_each_documented_difference(name):
         expected.append("recompute-options-written")
     if full and recompute.get("recompute") is True and "recompute_slice_activation" not in recompute:
         expected.append("no-default-slice-marks")
+    if name == "deepseek3_671b_swap":
+        expected.append("unshared-operators")
     assert rules == expected
-    assert all(note.severity == "note" and note.line is not None for note in plan.differences)
+    assert all(note.severity == "note" and (note.line is not None or name in pipeline_twins.VARIANTS)
+               for note in plan.differences)

@@ -29,6 +29,7 @@ REASONS = {
     "no-default-slice-marks": "slice_activation: False is MindSpore's default; mf_memopt writes the option only "
                               "when the YAML does",
     "mcore-default-swap": "MindFormers' default `.*\\.flash_attention` names nothing in an mcore layer",
+    "unshared-operators": "one layer's swap must not offload every layer's operator",
     "llama-attention-core": "the per-layer selection is what the YAML wrote; to keep MindFormers' behaviour, add "
                             "'attention\\.(batch_matmul_q_k|mul|add|cast_attn|softmax|batch_matmul|tile_kv|"
                             "apply_rotary_emb)' to select_recompute",
@@ -59,12 +60,25 @@ def differences(source: Source, plan: Plan) -> list[ConfigIssue]:
                            "with select_recompute set and flash attention off, MindFormers' Llama attention "
                            "recomputes its score, mask and softmax operators in every layer; mf_memopt recomputes "
                            "only what select_recompute names"))
+    swapped = [layer.layer for layer in plan.layers if layer.layer_swap is not None or layer.op_swap]
+    if swapped and plan.family.name == "mcore" and _moe(source):
+        notes.append(_note(source, plan.rules.swaps[0].origin.path, "unshared-operators",
+                           "MindFormers' MoE routers share one gating activation object, so a swap that reaches it "
+                           "in one layer offloads it in every layer; mf_memopt gives each layer its own before the "
+                           f"plan, and offloads it only in the {_layers(swapped)} swapped"))
     swaps = [rule for rule in plan.rules.swaps if rule.default]
     if swaps and plan.family.name == "mcore":
         notes.append(_note(source, ("swap_config", "swap"), "mcore-default-swap",
                            f"the default swap strategy offloads `{swaps[0].pattern}` in every layer, where "
                            "MindFormers' swaps nothing"))
     return notes
+
+
+def _moe(source: Source) -> bool:
+    from ..models.mcore.keys import architecture
+
+    arch, _ = architecture(source)
+    return arch is not None and arch.moe
 
 
 def _mp_comm(value: bool, full: list[int], tp: object) -> str:
