@@ -39,37 +39,52 @@ TP = ("parallel_config", "model_parallel")
 
 def differences(source: Source, plan: Plan) -> list[ConfigIssue]:
     """One note per documented difference from MindFormers' marks that `plan` meets."""
+    return [*_option_notes(source, plan), *_model_notes(source, plan)]
+
+
+def _option_notes(source: Source, plan: Plan) -> list[ConfigIssue]:
+    """The options of Cell.recompute, which only fully recomputed layers take."""
     full = [layer.layer for layer in plan.layers if layer.full_recompute is not None]
+    if not full:
+        return []
     notes = []
     options = plan.rules.options
-    if full and options.mp_comm_recompute is not None:
+    if options.mp_comm_recompute is not None:
         notes.append(_note(source, MP_COMM, "recompute-options-written",
                            _mp_comm(options.mp_comm_recompute, full, source.get(TP, 1))))
     recompute_true = source.get(RECOMPUTE) is True
-    if full and options.recompute_slice_activation is not None and not recompute_true:
+    if options.recompute_slice_activation is not None and not recompute_true:
         notes.append(_note(source, SLICE, "recompute-options-written",
                            "MindFormers passes it only when recompute is true; mf_memopt passes it to Cell.recompute "
                            f"of the {_layers(full)} fully recomputed"))
-    if full and recompute_true and options.recompute_slice_activation is None:
+    if recompute_true and options.recompute_slice_activation is None:
         notes.append(_note(source, RECOMPUTE, "no-default-slice-marks",
                            "MindFormers marks every operator of a fully recomputed layer slice_activation: False; "
                            "mf_memopt leaves the mark off"))
+    return notes
+
+
+def _model_notes(source: Source, plan: Plan) -> list[ConfigIssue]:
+    """What MindFormers' models do besides LayerSetting, or where its default pattern names nothing."""
+    notes = []
     flash = source.get(("model", "model_config", "use_flash_attention"))
     if plan.family.name == "llama" and source.get((*OPTIONS, "select_recompute")) and not flash:
         notes.append(_note(source, (*OPTIONS, "select_recompute"), "llama-attention-core",
                            "with select_recompute set and flash attention off, MindFormers' Llama attention "
                            "recomputes its score, mask and softmax operators in every layer; mf_memopt recomputes "
                            "only what select_recompute names"))
+    if plan.family.name != "mcore":
+        return notes
     swapped = [layer.layer for layer in plan.layers if layer.layer_swap is not None or layer.op_swap]
-    if swapped and plan.family.name == "mcore" and _moe(source):
+    if swapped and _moe(source):
         notes.append(_note(source, plan.rules.swaps[0].origin.path, "unshared-operators",
                            "MindFormers' MoE routers share one gating activation object, so a swap that reaches it "
                            "in one layer offloads it in every layer; mf_memopt gives each layer its own before the "
                            f"plan, and offloads it only in the {_layers(swapped)} swapped"))
-    swaps = [rule for rule in plan.rules.swaps if rule.default]
-    if swaps and plan.family.name == "mcore":
-        notes.append(_note(source, ("swap_config", "swap"), "mcore-default-swap",
-                           f"the default swap strategy offloads `{swaps[0].pattern}` in every layer, where "
+    default = next((rule for rule in plan.rules.swaps if rule.default), None)
+    if default is not None:
+        notes.append(_note(source, default.origin.path, "mcore-default-swap",
+                           f"the default swap strategy offloads `{default.pattern}` in every layer, where "
                            "MindFormers' swaps nothing"))
     return notes
 
