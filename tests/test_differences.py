@@ -77,7 +77,8 @@ def test_the_llama_attention_core_is_noted_with_how_to_keep_it():
 
 
 @pytest.mark.parametrize("command", ["validate", "plan"])
-def test_validate_and_plan_print_the_notes_to_stderr(command, capsys):
+def test_validate_and_plan_print_the_notes_to_stderr(command, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
     assert main([command, "configs/planning/per_stage_counts_pp16.yaml"]) == 0
     err = capsys.readouterr().err.splitlines()
     assert [line.split(": ", 3)[1:3] for line in err] == [["recompute_config.mp_comm_recompute", "note"],
