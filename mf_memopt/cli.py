@@ -202,7 +202,7 @@ def _positive(text: str) -> float:
 
 
 def _print_warnings(plan: Plan) -> None:
-    for warning in plan.warnings:
+    for warning in (*plan.warnings, *plan.differences):
         print(warning.render(), file=sys.stderr)
 
 

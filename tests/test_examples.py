@@ -35,9 +35,10 @@ def test_there_are_examples():
 
 @pytest.mark.parametrize("path", SHIPPED, ids=str)
 def test_shipped_config_is_valid_without_warnings(path, capsys):
+    """Notes (where the marks differ from MindFormers', on purpose) may be printed; warnings may not."""
     code, output = _validate(path, capsys)
     assert code == 0, output
-    assert output.splitlines() == [line for line in output.splitlines() if ": valid: " in line]
+    assert output.splitlines() == [line for line in output.splitlines() if ": valid: " in line or ": note: " in line]
 
 
 @pytest.mark.parametrize("path", INVALID, ids=str)

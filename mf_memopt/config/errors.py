@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-Severity = Literal["error", "warning"]
+Severity = Literal["error", "warning", "note"]   # a note: a documented difference from MindFormers
 
 MAX_SHOWN_ISSUES = 50   # a rendered error lists this many problems, then says how many more there are
 _MAX_FIELD = 2000       # characters of one rendered field (message, hint, key path, file)
@@ -51,8 +51,8 @@ class ConfigIssue:
         file = shown(self.file, _MAX_FIELD)
         where = f"{file}:{self.line}" if self.line is not None else file
         text = f"{where}: {shown(self.path, _MAX_FIELD) or '<document>'}: "
-        if self.severity == "warning":
-            text += "warning: "
+        if self.severity in ("warning", "note"):
+            text += f"{self.severity}: "
         text += shown(self.message, _MAX_FIELD)
         if self.hint:
             text += f" ({shown(self.hint, _MAX_FIELD)})"

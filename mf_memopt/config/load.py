@@ -15,6 +15,7 @@ from typing import Any
 from ..models import family_of
 from .checks import context_issues
 from .device import device_issues
+from .differences import differences
 from .errors import ConfigError, ConfigIssue, key_path, raise_if_errors, unique
 from .interactions import resolve
 from .layer_check import layer_issues
@@ -63,6 +64,7 @@ def plan_source(source: Source, *, strict: bool = False) -> Plan:
         found = unique(layer_issues(plan, tree))
         raise_if_errors(found)
         plan = replace(plan, warnings=(*plan.warnings, *found))
+    plan = replace(plan, differences=tuple(differences(source, plan)))
     if strict and plan.conflicts:
         raise ConfigError([_conflict_issue(source, conflict) for conflict in plan.conflicts])
     return plan

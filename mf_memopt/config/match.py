@@ -112,14 +112,23 @@ def matches_or_issue(layer: Any, index: int, pattern: str, where: Where, issues:
 
 def primitives_only(matches: list[Match], setting: str, index: int, pattern: str, where: Where,
                     issues: list[ConfigIssue]) -> list[Match]:
-    """The primitives among `matches`; an issue when the pattern names only cells but `setting` marks operators."""
-    found = [match for match in matches if match.target == "primitive"]
+    """The primitives among `matches`; an issue when the pattern names only cells but `setting` marks operators.
+
+    A CPU stand-in (`models/mcore/cpu_kernels.StandIn`) is a cell in the place of a primitive, under its name: it
+    counts as that primitive, so that a pattern `validate` accepts on the model as Ascend builds it is not refused
+    when the model runs on CPU."""
+    found = [Match(match.path, "primitive", match.obj) if _stands_in(match) else match for match in matches
+             if match.target == "primitive" or _stands_in(match)]
     if matches and not found:
         cell_names = ", ".join(match.path for match in matches)
         issues.append(where.issue(f"pattern `{pattern}` names only cells in layer {index} ({cell_names}), but "
                                   f"{setting} sets an attribute of primitive operators",
                                   f"name operators inside, e.g. `{pattern}\\.<operator>`"))
     return found
+
+
+def _stands_in(match: Match) -> bool:
+    return match.target == "cell" and getattr(match.obj, "operator_stand_in", False) is True
 
 
 def cells_only(matches: list[Match], index: int, pattern: str, example: str, where: Where,

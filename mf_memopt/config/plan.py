@@ -143,6 +143,7 @@ class Plan:
     layers: tuple[LayerPlan, ...]
     conflicts: tuple[Conflict, ...] = ()
     warnings: tuple[ConfigIssue, ...] = ()
+    differences: tuple[ConfigIssue, ...] = ()    # notes: where the marks differ from MindFormers' (differences.py)
 
     @property
     def num_layers(self) -> int:

@@ -198,6 +198,10 @@ def _check_attribute(check: LayerCheck, nodes: list[Node], producers: dict, want
         if wanted.get(node.path) == found:
             witnessed.add(node.path)
             continue
+        stand_in = _stand_in_of(node.path, wanted, found)
+        if stand_in is not None:
+            witnessed.add(stand_in)
+            continue
         sources = _fused_from(node, producers, wanted, found, everything)
         if sources:
             witnessed.update(sources)
@@ -213,6 +217,16 @@ def _check_attribute(check: LayerCheck, nodes: list[Node], producers: dict, want
         else:
             check.disagreements.append(f"{node.path or node.op}: {name}={found} in the graph, not set by the plan")
     return witnessed
+
+
+def _stand_in_of(path: str | None, wanted: dict, found) -> str | None:
+    """The planned operator a node lies inside, when it gave the node its mark: a CPU stand-in is a cell in the place
+    of a primitive, and a mark the plan sets on that primitive goes to every operator inside it
+    (`models/mcore/cpu_kernels.StandIn`). A real primitive has nothing inside it."""
+    if not path:
+        return None
+    return next((planned for planned, value in wanted.items() if value == found and path.startswith(planned + ".")),
+                None)
 
 
 def _merged_into(node: Node, wanted: dict, found) -> list[str]:

@@ -38,7 +38,48 @@ _NO_BAND = 2147483647
 _MASKED = -1.0e30          # exp() of a masked score, after the row max is subtracted, is exactly 0
 
 
-class CPURmsNorm(nn.Cell):
+class StandIn(nn.Cell):
+    """A cell in the place of one primitive operator, under the primitive's name.
+
+    A pattern resolves against the model as Ascend builds it, where the name is an operator; so the marks a plan
+    sets on an operator (`recompute_comm_op` from select_comm_recompute, `recompute: False` from an exclude,
+    `offload`) reach the stand-in as they would reach the primitive (`add_prim_attr`, `recompute(mode)`), and go to
+    every operator inside it: each is part of what the primitive computes. `attrs` holds the marks so set, as the
+    primitive's would. Select recompute of the name recomputes the stand-in as a cell, as before the plan's marks
+    (`Cell.recompute()`, no positional argument): measured on CPU, and priced so by the estimate."""
+
+    operator_stand_in = True        # read by config.match, which cannot import this module (no MindSpore there)
+
+    def __init__(self):
+        super().__init__()
+        self.stand_in_marks: dict = {}
+
+    @property
+    def attrs(self) -> dict:
+        return self.stand_in_marks
+
+    def add_prim_attr(self, name: str, value: Any) -> StandIn:
+        for primitive in self._operators():
+            primitive.add_prim_attr(name, value)
+        self.stand_in_marks[name] = value
+        return self
+
+    def recompute(self, mode: bool | None = None, **kwargs: Any) -> None:
+        """`recompute(mode)` as `Primitive.recompute`: every operator inside; `recompute(**options)` as
+        `Cell.recompute`."""
+        if mode is None:
+            super().recompute(**kwargs)
+            return
+        for primitive in self._operators():
+            type(primitive).recompute(primitive, mode)
+        self.stand_in_marks["recompute"] = bool(mode)
+
+    def _operators(self) -> list[Any]:
+        return [primitive for _, cell in self.cells_and_names() for primitive in cell._primitives.values()
+                if primitive is not None]
+
+
+class CPURmsNorm(StandIn):
     """`RmsNorm(epsilon)(x, gamma) -> (y, rstd)`: rstd = 1 / sqrt(mean(x^2) + eps) over gamma's axes, in
     float32; y = x * rstd * gamma in float32, cast to x's dtype (as MindFormers' non-fused RMSNorm)."""
 
@@ -56,7 +97,7 @@ class CPURmsNorm(nn.Cell):
         return self.cast(y, x.dtype), rstd
 
 
-class CPUOuter(nn.Cell):
+class CPUOuter(StandIn):
     """`Outer()(a, b) -> a[:, None] * b[None, :]`."""
 
     def __init__(self):
@@ -67,7 +108,7 @@ class CPUOuter(nn.Cell):
         return self.mul(self.reshape(a, (-1, 1)), self.reshape(b, (1, -1)))
 
 
-class CPUEmbeddingLookup(nn.Cell):
+class CPUEmbeddingLookup(StandIn):
     """`embedding_morph(ids, weight)` without tensor parallelism: rows of the weight by Gather, whose
     backward (UnsortedSegmentSum) CPU has; the Embedding kernel's backward it has not."""
 
@@ -150,7 +191,7 @@ class _Attention(nn.Cell):
                 self.cast(self._summed(d_v, groups), v.dtype), ops.zeros_like(discard))
 
 
-class CPUFlashAttentionScore(nn.Cell):
+class CPUFlashAttentionScore(StandIn):
     """`FlashAttentionScore(...)(query, key, value, real_shift, drop_mask, padding_mask, attn_mask, prefix,
     actual_seq_qlen, actual_seq_kvlen) -> (softmax_max, softmax_sum, softmax_out, attention_out)` on CPU.
 

@@ -53,8 +53,10 @@ from mindspore.common import dtype as mstype
 from mindspore.ops import operations as P
 from mindspore.ops.auto_generate import MeanExt, SiLU
 
+from .cpu_kernels import StandIn
 
-class CPUTopk(nn.Cell):
+
+class CPUTopk(StandIn):
     """`TopkExt()(x, k, dim=-1, largest=True, sorted=True) -> (values, int64 indices)` along the last axis."""
 
     def __init__(self):
@@ -66,7 +68,7 @@ class CPUTopk(nn.Cell):
         return values, self.cast(indices, mstype.int64)
 
 
-class CPUSwiglu(nn.Cell):
+class CPUSwiglu(StandIn):
     """`Swiglu()(x, dim) -> silu(a) * b`, a and b the first and second halves of x along the last axis."""
 
     def __init__(self):
@@ -86,7 +88,7 @@ class CPUSwiglu(nn.Cell):
             primitive.recompute()
 
 
-class CPUDenseExperts(nn.Cell):
+class CPUDenseExperts(StandIn):
     """The experts' `morphed_forward(tokens, probs, routing_map, w1, w2, num_tokens_per_expert)`.
 
     tokens (1, N, h), probs and routing_map (1, N, k), w1 (E*h, 2F), w2 (E*F, h) -> (1, N, h):

@@ -1,0 +1,113 @@
+"""Where mf_memopt's marks differ from MindFormers' own `LayerSetting` on the same build, on purpose.
+
+Each difference is a rule with a reason (docs/configuration.md, "Where the marks differ from MindFormers");
+`validate` and `plan` print a note for each one a YAML meets, at the key it concerns. The differential tests
+(tests/test_differential_*.py, and tests/test_differential_twins.py on the tiny twins of the pipeline YAMLs
+MindFormers ships) build the same model both ways and assert every mark equal except these.
+
+MindFormers 1.9's `LayerSetting.set_recompute` (parallel_core/training_graph/transformer/utils.py, used by the
+legacy and the mcore models alike) calls `Cell.recompute(recompute_slice_activation=...)` when `recompute` is
+`True`, and `Cell.recompute()` with no option for per-stage counts and layer lists; it never passes
+`mp_comm_recompute` or `parallel_optimizer_comm_recompute`.
+"""
+
+from __future__ import annotations
+
+from .errors import ConfigIssue
+from .plan import Plan
+from .source import Source
+
+OPTIONS = ("recompute_config",)
+MP_COMM = (*OPTIONS, "mp_comm_recompute")
+SLICE = (*OPTIONS, "recompute_slice_activation")
+RECOMPUTE = (*OPTIONS, "recompute")
+
+# rule id -> the reason, as the notes and the docs say it
+REASONS = {
+    "recompute-options-written": "seed 003 and MindSpore's Cell.recompute define the option for every fully "
+                                 "recomputed layer",
+    "no-default-slice-marks": "slice_activation: False is MindSpore's default; mf_memopt writes the option only "
+                              "when the YAML does",
+    "mcore-default-swap": "MindFormers' default `.*\\.flash_attention` names nothing in an mcore layer",
+    "unshared-operators": "one layer's swap must not offload every layer's operator",
+    "llama-attention-core": "the per-layer selection is what the YAML wrote; to keep MindFormers' behaviour, add "
+                            "'attention\\.(batch_matmul_q_k|mul|add|cast_attn|softmax|batch_matmul|tile_kv|"
+                            "apply_rotary_emb)' to select_recompute",
+}
+TP = ("parallel_config", "model_parallel")
+
+
+def differences(source: Source, plan: Plan) -> list[ConfigIssue]:
+    """One note per documented difference from MindFormers' marks that `plan` meets."""
+    return [*_option_notes(source, plan), *_model_notes(source, plan)]
+
+
+def _option_notes(source: Source, plan: Plan) -> list[ConfigIssue]:
+    """The options of Cell.recompute, which only fully recomputed layers take."""
+    full = [layer.layer for layer in plan.layers if layer.full_recompute is not None]
+    if not full:
+        return []
+    notes = []
+    options = plan.rules.options
+    if options.mp_comm_recompute is not None:
+        notes.append(_note(source, MP_COMM, "recompute-options-written",
+                           _mp_comm(options.mp_comm_recompute, full, source.get(TP, 1))))
+    recompute_true = source.get(RECOMPUTE) is True
+    if options.recompute_slice_activation is not None and not recompute_true:
+        notes.append(_note(source, SLICE, "recompute-options-written",
+                           "MindFormers passes it only when recompute is true; mf_memopt passes it to Cell.recompute "
+                           f"of the {_layers(full)} fully recomputed"))
+    if recompute_true and options.recompute_slice_activation is None:
+        notes.append(_note(source, RECOMPUTE, "no-default-slice-marks",
+                           "MindFormers marks every operator of a fully recomputed layer slice_activation: False; "
+                           "mf_memopt leaves the mark off"))
+    return notes
+
+
+def _model_notes(source: Source, plan: Plan) -> list[ConfigIssue]:
+    """What MindFormers' models do besides LayerSetting, or where its default pattern names nothing."""
+    notes = []
+    flash = source.get(("model", "model_config", "use_flash_attention"))
+    if plan.family.name == "llama" and source.get((*OPTIONS, "select_recompute")) and not flash:
+        notes.append(_note(source, (*OPTIONS, "select_recompute"), "llama-attention-core",
+                           "with select_recompute set and flash attention off, MindFormers' Llama attention "
+                           "recomputes its score, mask and softmax operators in every layer; mf_memopt recomputes "
+                           "only what select_recompute names"))
+    if plan.family.name != "mcore":
+        return notes
+    swapped = [layer.layer for layer in plan.layers if layer.layer_swap is not None or layer.op_swap]
+    if swapped and _moe(source):
+        notes.append(_note(source, plan.rules.swaps[0].origin.path, "unshared-operators",
+                           "MindFormers' MoE routers share one gating activation object, so a swap that reaches it "
+                           "in one layer offloads it in every layer; mf_memopt gives each layer its own before the "
+                           f"plan, and offloads it only in the {_layers(swapped)} swapped"))
+    default = next((rule for rule in plan.rules.swaps if rule.default), None)
+    if default is not None:
+        notes.append(_note(source, default.origin.path, "mcore-default-swap",
+                           f"the default swap strategy offloads `{default.pattern}` in every layer, where "
+                           "MindFormers' swaps nothing"))
+    return notes
+
+
+def _moe(source: Source) -> bool:
+    from ..models.mcore.keys import architecture
+
+    arch, _ = architecture(source)
+    return arch is not None and arch.moe
+
+
+def _mp_comm(value: bool, full: list[int], tp: object) -> str:
+    effect = ("communication is recomputed, as without the mark" if value else
+              "the forward communication after an operator is not recomputed, its output kept (MindFormers "
+              "recomputes it)")
+    text = (f"MindFormers 1.9 ignores it; mf_memopt passes it to Cell.recompute of the {_layers(full)} fully "
+            f"recomputed, marking their operators recompute_comm_op: {value}: under tensor parallelism {effect}")
+    return text + ("; model_parallel is 1, so there is no such communication" if tp == 1 else "")
+
+
+def _layers(layers: list[int]) -> str:
+    return f"{len(layers)} layer{'s' if len(layers) != 1 else ''}"
+
+
+def _note(source: Source, path: tuple[str, ...], rule: str, message: str) -> ConfigIssue:
+    return source.issue(path, f"differs from MindFormers [{rule}]: {message}", REASONS[rule], severity="note")
