@@ -208,11 +208,13 @@ def marks(network) -> dict:
 
 def run(name: str, work: str) -> dict:
     from mf_memopt import apply_plan, load_plan
+    from mf_memopt.runtime.build import unshare_layers
 
     data = twin(shipped(name), work)
     theirs = marks(build(data, ours=False))
     network = build(data, ours=True)
     plan = load_plan(data)
+    unshare_layers(network, plan.family, lambda line: print(line, file=sys.stderr))   # as mf_memopt's build does
     apply_plan(plan, network, device_target="CPU")
     return {"theirs": theirs, "ours": marks(network), "stages": {layer.layer: layer.stage for layer in plan.layers}}
 

@@ -74,6 +74,7 @@ def test_estimate_and_compare_take_the_same_device(tmp_path):
 
 def test_validate_refuses_a_target_mf_memopt_does_not_train_on(tmp_path, capsys):
     assert main(["validate", str(_variant(tmp_path, device=None))]) == 0
+    capsys.readouterr()                 # its notes (documented differences from MindFormers) are not the refusal
     assert main(["validate", str(_variant(tmp_path, device="GPU"))]) == 1
     line = _one_line(capsys.readouterr().err)
     assert "context.device_target: is 'GPU': mf_memopt supports Ascend and CPU" in line
@@ -136,7 +137,7 @@ def test_each_pipeline_worker_says_its_stage_and_layers():
     from mf_memopt.config.layout import Layout
     from mf_memopt.runtime.session import stage_line
 
-    layout = Layout(num_layers=6, stages=2, chunks=2, chunk_sizes=((1, 2), (2, 1)))   # offsets as in seed 003
+    layout = Layout(num_layers=6, stages=2, chunks=2, chunk_sizes=((1, 2), (2, 1)))   # offsets as in the 48-layer example
     assert stage_line(layout, 0, 8).startswith("pipeline stage 0 of 2 on rank 0 of 8: layers 0, 3, 4 (")
     assert stage_line(layout, 5, 8).startswith("pipeline stage 1 of 2 on rank 5 of 8: layers 1, 2, 5 (")
 

@@ -24,8 +24,8 @@ RECOMPUTE = (*OPTIONS, "recompute")
 
 # rule id -> the reason, as the notes and the docs say it
 REASONS = {
-    "recompute-options-written": "seed 003 and MindSpore's Cell.recompute define the option for every fully "
-                                 "recomputed layer",
+    "recompute-options-written": "the recompute_config documentation and MindSpore's Cell.recompute define the "
+                                 "option for every fully recomputed layer",
     "no-default-slice-marks": "slice_activation: False is MindSpore's default; mf_memopt writes the option only "
                               "when the YAML does",
     "mcore-default-swap": "MindFormers' default `.*\\.flash_attention` names nothing in an mcore layer",
