@@ -20,7 +20,7 @@ shapes: the first of each pair is in the `build` half, the second in the `held-o
 
 `--set wide` draws off the grids instead (`wide_shape`): hidden, heads, head_dim, key/value heads (any
 divisor), intermediate_size, seq, batch and vocab from ranges, `use_flash_attention` and `qkv_concat` on or
-off, four dtype settings (float16 softmax, or norms and rotary, under float16 compute too), full recompute of
+off, four dtype settings (float16 softmax, or float16 norms, under float16 compute too), full recompute of
 every layer or the first k, select recompute of either or both cells of every layer or the first k.
 
     python benchmarks/sweep_mcore.py list [--set fresh...fresh6|wide]
@@ -70,12 +70,11 @@ ARCHITECTURES = {"qwen3": {"model_type": "qwen3", "architectures": ["Qwen3ForCau
 DTYPE_KEYS = ("params_dtype", "compute_dtype", "layernorm_compute_dtype", "softmax_compute_dtype", "rotary_dtype")
 DTYPES = {"float32": dict.fromkeys(DTYPE_KEYS, "float32"),
           "fp16 compute, fp32 params": {**dict.fromkeys(DTYPE_KEYS, "float32"), "compute_dtype": "float16"}}
-# the wide sets also draw float16 softmax, norms and rotary under float16 compute (parameters stay float32: bfloat16
-# and float16 parameters are not what an mcore user trains)
+# the wide sets also draw float16 softmax or norms under float16 compute (parameters stay float32: bfloat16 and
+# float16 parameters are not what an mcore user trains; a float16 rotary_dtype GPTModel.__init__ refuses)
 WIDE_DTYPES = {**DTYPES,
                "fp16 compute and softmax": {**DTYPES["fp16 compute, fp32 params"], "softmax_compute_dtype": "float16"},
-               "fp16 compute, norms and rotary": {**DTYPES["fp16 compute, fp32 params"],
-                                                  "layernorm_compute_dtype": "float16", "rotary_dtype": "float16"}}
+               "fp16 compute and norms": {**DTYPES["fp16 compute, fp32 params"], "layernorm_compute_dtype": "float16"}}
 OFF = {"recompute": False, "select_recompute": False, "select_comm_recompute": False}
 RECOMPUTE: dict[str, dict[str, Any]] = {
     "none": dict(OFF),
@@ -185,12 +184,14 @@ def _wide(which: str) -> list[McoreConfig]:
 
 def wide_shape(rng: random.Random, affordable: Callable[..., bool], extra: Callable[[random.Random, int], dict]
                = lambda rng, hidden: {}) -> dict[str, Any]:
-    """An mcore model drawn off the grids: layers 2-5, hidden 48-640 (even), heads 1-12 of an even head_dim 8-96
-    drawn apart from hidden, any key/value head count dividing the heads, intermediate_size 0.5-4 x hidden, seq
-    24-512, batch 1-4, vocab 100-16000, tied or untied embeddings, `use_flash_attention` and `qkv_concat` on or off;
-    `extra` adds the family's own keys (the MoE's experts). Drawn until `affordable(model, WIDE_GFLOP, WIDE_PEAK)`."""
+    """An mcore model drawn off the grids: layers 2-5, heads 1-12, hidden 48-640 (an even multiple of the heads:
+    the attention's __init__ requires a multiple), an even head_dim 8-96 drawn apart from hidden, any key/value head
+    count dividing the heads, intermediate_size 0.5-4 x hidden, seq 24-512, batch 1-4, vocab 100-16000, tied or
+    untied embeddings, `use_flash_attention` and `qkv_concat` on or off; `extra` adds the family's own keys (the
+    MoE's experts). Drawn until `affordable(model, WIDE_GFLOP, WIDE_PEAK)`."""
     while True:
-        hidden, heads, head_dim = 2 * rng.randint(24, 320), rng.randint(1, 12), 2 * rng.randint(4, 48)
+        heads = rng.randint(1, 12)
+        hidden, head_dim = 2 * heads * rng.randint(-(-24 // heads), 320 // heads), 2 * rng.randint(4, 48)
         model = {"num_hidden_layers": rng.randint(2, 5), "hidden_size": hidden, "num_attention_heads": heads,
                  "num_key_value_heads": rng.choice([k for k in range(1, heads + 1) if heads % k == 0]),
                  "head_dim": head_dim, "intermediate_size": rng.randint(hidden // 2, 4 * hidden),
