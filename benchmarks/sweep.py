@@ -68,7 +68,7 @@ BASE_STEP = "scale 1, clip"
 # 0 of the eight forms) gives it the sweep's own dtype and recompute pairings on new shapes.
 # Sets drawn by `wide`: every model_config, recompute_config and runner_wrapper key that changes what training
 # keeps, with integers drawn from ranges instead of the grids above. name -> (seed, config name prefix, configs)
-WIDE_SETS = {"wide": (20261206, "z", 12)}
+WIDE_SETS = {"wide": (20261206, "z", 12), "wide2": (20261207, "a", 12)}
 PAIRS = 16
 STEPS = 1
 TARGET, AIM = 0.05, 0.03

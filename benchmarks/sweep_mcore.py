@@ -199,6 +199,10 @@ def wide_shape(rng: random.Random, affordable: Callable[..., bool], extra: Calla
                  "vocab_size": rng.randint(100, 16000), "untie_embeddings_and_output_weights": rng.random() < 0.6,
                  "use_flash_attention": rng.random() < 0.5, "qkv_concat": rng.random() < 0.5}
         model["tie_word_embeddings"] = not model["untie_embeddings_and_output_weights"]
+        if not model["use_flash_attention"]:
+            # without flash attention MindFormers 1.9's mcore attention repeats the key/value heads with a reshape
+            # that does not build on CPU (BatchMatMul: scores of (3, 9, 225, 26) against keys of (27, 9, 225, 26))
+            model["num_key_value_heads"] = heads
         model.update(extra(rng, hidden))
         if affordable(model, WIDE_GFLOP, WIDE_PEAK):
             return model
