@@ -1,8 +1,8 @@
 """The CPU estimate of the Llama against its later generated sets (`benchmarks/sweep.py measure --exact --set S`).
 
-A set is held out while no estimator term has been changed because of it: fresh7, fresh8, fresh11 and `wide` (the
-draw off the grids: every key a user writes; peaks replayed to the byte) were measured before the estimator first
-saw them, and none of their misses changed a term.
+A set is held out while no estimator term has been changed because of it: fresh7, fresh8, fresh11, `wide` and
+`wide2` (the draw off the grids: every key a user writes; peaks replayed to the byte) were measured before the
+estimator first saw them, and none of their misses changed a term.
 fresh9 and fresh10 are fitted: their first misses were traced and the estimator changed for them (w05 and w11,
 x00; benchmarks/README.md (e) has the history). fresh9 varies the training step and is in whole MiB with two
 configs to the byte; the others are to the byte.
@@ -21,11 +21,12 @@ import pytest
 from benchmarks.sweep import TARGET, _data_file, generate, measured_reference
 from mf_memopt.estimate import estimate_config
 
-HELD_OUT = ("fresh7", "fresh8", "fresh11", "wide")
+HELD_OUT = ("fresh7", "fresh8", "fresh11", "wide", "wide2")
 FITTED = ("fresh9", "fresh10")
 # Known misses, each strict: the day the estimate gets it right, the mark has to go.
 # (w05, over by 6.0% at the optimizer step, was one until the legacy Llama's updates ran one at a time after clip-grad)
-KNOWN: dict[str, str] = {}
+KNOWN = {"a10": "-7.8% at the end of clip-grad (44.11 MiB measured, 40.6 estimated): float32 compute with float16 "
+                "parameters, a fixed loss scale with clip-grad, the attention cell recomputed; not traced yet"}
 CASES = [pytest.param(which, config, id=f"{'held-out' if which in HELD_OUT else 'fitted'}-{which}-{config.name}",
                       marks=[pytest.mark.xfail(reason=KNOWN[config.name], strict=True)] if config.name in KNOWN else [])
          for which in (*HELD_OUT, *FITTED) for config in generate(which)]
