@@ -13,8 +13,14 @@ Later held-out sets of 16 each come from other seeds (`--set fresh`, ... `fresh8
 fresh7 pair dtype settings and recompute forms the sweep never put together, fresh8 has the
 sweep's pairings on new shapes.
 
-    python benchmarks/sweep.py measure [--set fresh...fresh8] [--only NAME ...]  # train, write the data file
-    python benchmarks/sweep.py compare [--set fresh...fresh8]   # estimator against the data file
+`--set wide` (and later wide sets, `WIDE_SETS`) samples every key a user writes that changes what training
+keeps, off the grids: integers drawn from ranges for heads, head_dim, key/value heads (any divisor), seq,
+vocab, batch, layers and the FFN keys; `use_flash_attention` (the launcher's CPU stand-in runs it) and
+`qkv_concat`; each dtype setting; full recompute of every layer or of the first k; select recompute of
+either or both cells, of every layer or the first k, with or without `mul` excluded; and every step form.
+
+    python benchmarks/sweep.py measure [--set fresh...fresh11|wide] [--only NAME ...] [--exact]  # train, record
+    python benchmarks/sweep.py compare [--set fresh...fresh11|wide]   # estimator against the data file
     python benchmarks/sweep.py shipped [--remeasure]          # estimate --measure on every configs/*.yaml
     python benchmarks/run.py --only sweep [--remeasure]       # the sweep through the benchmark runner
 
@@ -60,6 +66,9 @@ BASE_STEP = "scale 1, clip"
 # fresh5's seed is the sweep's own (SEED): its configs have the shapes of s00-s15 with other dtype and
 # recompute pairings. fresh6, fresh7 and fresh8 use seeds no other set uses; fresh8's shift (8, that is
 # 0 of the eight forms) gives it the sweep's own dtype and recompute pairings on new shapes.
+# Sets drawn by `wide`: every model_config, recompute_config and runner_wrapper key that changes what training
+# keeps, with integers drawn from ranges instead of the grids above. name -> (seed, config name prefix, configs)
+WIDE_SETS = {"wide": (20261206, "z", 12), "wide2": (20261207, "a", 12)}
 PAIRS = 16
 STEPS = 1
 TARGET, AIM = 0.05, 0.03
@@ -94,6 +103,7 @@ SEQ = (32, 64, 128, 256, 512, 1024)
 VOCAB = (64, 256, 1000, 4096, 8000, 16000, 32000)
 MAX_TRAIN_GFLOP = 60.0
 MAX_FP32_PEAK = 1.5 * 2**30          # with mixed-precision copies this stays well under 4 GiB
+WIDE_GFLOP, WIDE_PEAK = 12.0, 0.5 * 2**30   # a wide config measures (--exact) in about a minute here
 
 
 @dataclass(frozen=True)
@@ -104,6 +114,7 @@ class SweepConfig:
     recompute: str
     model: dict[str, Any] = field(default_factory=dict)
     step: str = BASE_STEP            # a step_forms.FORMS name
+    recompute_config: dict[str, Any] | None = None   # written instead of RECOMPUTE[recompute] (the wide sets)
 
     def document(self) -> dict[str, Any]:
         """The training YAML: the shipped tiny config with this shape, dtypes and recompute_config."""
@@ -114,7 +125,7 @@ class SweepConfig:
         model.update(self.model)
         model.update(DTYPES[self.dtype])
         document["runner_config"]["batch_size"] = self.model["batch_size"]
-        document["recompute_config"] = dict(RECOMPUTE[self.recompute])
+        document["recompute_config"] = dict(self.recompute_config or RECOMPUTE[self.recompute])
         if self.step != BASE_STEP:
             from benchmarks.step_forms import FORMS
 
@@ -143,9 +154,11 @@ PINNED = [SweepConfig(name=f"p{index}", half="pinned", dtype=dtype, recompute=fo
 
 
 def generate(which: str = "sweep") -> list[SweepConfig]:
-    """The sweep's 32 configs, or one of the later held-out sets (FRESH_SETS)."""
+    """The sweep's 32 configs, or one of the later held-out sets (FRESH_SETS, WIDE_SETS)."""
     if which in FRESH_SETS:
         return fresh(which)
+    if which in WIDE_SETS:
+        return wide(which)
     rng = random.Random(SEED)
     configs = []
     dtypes, forms = list(DTYPES), list(RECOMPUTE)
@@ -176,6 +189,83 @@ def fresh(which: str = "fresh") -> list[SweepConfig]:
             for index in range(PAIRS)]
 
 
+def wide(which: str = "wide") -> list[SweepConfig]:
+    """A held-out set that samples every key a user writes, off the sweep's grids (`_wide_model`).
+
+    Each config draws its own dtype setting, recompute section (`wide_recompute`) and step form, so no pairing
+    is fixed by the index as in `fresh`.
+    """
+    from benchmarks.step_forms import FORMS
+
+    seed, prefix, count = WIDE_SETS[which]
+    rng = random.Random(seed)
+    configs = []
+    for index in range(count):
+        model = _wide_model(rng)
+        recompute, section = wide_recompute(rng, model["num_layers"], ("feed_forward", "attention"),
+                                            r"feed_forward\.mul")
+        configs.append(SweepConfig(name=f"{prefix}{index:02d}", half=which, dtype=rng.choice(list(DTYPES)),
+                                   recompute=recompute, recompute_config=section, model=model,
+                                   step=rng.choice(list(FORMS))))
+    return configs
+
+
+def wide_recompute(rng: random.Random, layers: int, cells: tuple[str, str], exclude: str | None
+                   ) -> tuple[str, dict[str, Any]]:
+    """A recompute section and its name: none, full, full of the first k layers (k drawn below the layer count),
+    MindFormers' default select patterns, or select of the MLP and/or attention cells (`cells`, the family's
+    names), of every layer or of the first k, with or without the `exclude` operator pattern excluded. Without an
+    `exclude` (an MoE layer: its MLP has no operator the default patterns or an exclusion name), neither the
+    default patterns nor an exclusion is drawn."""
+    mlp, attention = cells
+    kinds = ("none", "full", "full, first k", "select default", "select cells")
+    kind = rng.choice(kinds if exclude else tuple(kind for kind in kinds if kind != "select default"))
+    if kind == "none":
+        return kind, dict(OFF)
+    if kind == "full":
+        return kind, {**OFF, "recompute": True}
+    if kind == "full, first k":
+        k = rng.randint(1, layers - 1)
+        return f"full, first {k} of {layers} layers", {**OFF, "recompute": [k]}
+    if kind == "select default":
+        return "select default primitives", {**OFF, "select_recompute": True}
+    chosen = rng.choice(((mlp,), (attention,), (mlp, attention)))
+    k = rng.choice((None, rng.randint(1, layers)))
+    section = {**OFF, "select_recompute": {cell: True if k is None else [k] for cell in chosen}}
+    name = f"select {'+'.join(chosen)}" + ("" if k is None else f", first {k} layers")
+    if exclude and mlp in chosen and rng.random() < 0.3:
+        section["select_recompute_exclude"] = {exclude: True}
+        name += f", exclude {exclude}"
+    return name, section
+
+
+def _wide_model(rng: random.Random) -> dict[str, Any]:
+    """A Llama drawn off the sweep's grids: heads 1-12 of an even head_dim 8-96 (hidden = their product), any
+    key/value head count dividing the heads, seq 24-640, batch 1-6, vocab 50-20000, layers 2-6, the FFN width
+    by `multiple_of` (with or without a drawn `ffn_dim_multiplier`) or a drawn `intermediate_size`, and
+    `use_flash_attention` (the CPU stand-in) and `qkv_concat` on or off."""
+    while True:
+        heads, head_dim = rng.randint(1, 12), 2 * rng.randint(4, 48)
+        hidden = heads * head_dim
+        kv_heads = rng.choice([k for k in range(1, heads + 1) if heads % k == 0])
+        model = {"num_layers": rng.randint(2, 6), "hidden_size": hidden, "num_heads": heads,
+                 "seq_length": rng.randint(24, 640), "batch_size": rng.randint(1, 6),
+                 "vocab_size": rng.randint(50, 20000)}
+        if kv_heads != heads:
+            model["n_kv_heads"] = kv_heads
+        kind = rng.choice(("multiple_of", "multiplier", "intermediate"))
+        if kind == "intermediate":
+            model["intermediate_size"] = rng.randint(hidden, 4 * hidden)
+        else:
+            model["multiple_of"] = rng.randint(1, 64)
+            if kind == "multiplier":
+                model["ffn_dim_multiplier"] = round(rng.uniform(0.5, 1.6), 2)
+        model["use_flash_attention"] = rng.random() < 0.5
+        model["qkv_concat"] = rng.random() < 0.5
+        if _affordable(model, max_gflop=WIDE_GFLOP, max_peak=WIDE_PEAK):
+            return model
+
+
 def _shape(rng: random.Random) -> dict[str, Any]:
     while True:
         hidden = rng.choice(HIDDEN)
@@ -201,7 +291,7 @@ def _ffn(rng: random.Random, hidden: int) -> dict[str, Any]:
     return ffn
 
 
-def _affordable(model: dict[str, Any]) -> bool:
+def _affordable(model: dict[str, Any], max_gflop: float = MAX_TRAIN_GFLOP, max_peak: float = MAX_FP32_PEAK) -> bool:
     from mf_memopt.models.llama.spec import ffn_width
 
     h, s, b, v, layers = (model[key] for key in ("hidden_size", "seq_length", "batch_size", "vocab_size",
@@ -212,7 +302,7 @@ def _affordable(model: dict[str, Any]) -> bool:
     heads = model["num_heads"]
     activations = 4 * layers * b * (heads * s * s + 5 * s * f + 8 * s * h) + 16 * b * s * v
     params = 4 * (layers * (4 * h * h + 3 * h * f) + 2 * v * h)
-    return gflop <= MAX_TRAIN_GFLOP and activations + 3 * params <= MAX_FP32_PEAK and s * b <= 4096
+    return gflop <= max_gflop and activations + 3 * params <= max_peak and s * b <= 4096
 
 
 # --- measuring -------------------------------------------------------------------------------------------
@@ -258,7 +348,7 @@ def record_peaks(configs: list[Any], target: Path, *, only: list[str] | None, ex
 
 
 def _data_file(which: str) -> Path:
-    return REPO / "benchmarks" / "data" / f"sweep_{which}_peaks.json" if which in FRESH_SETS else DATA
+    return REPO / "benchmarks" / "data" / f"sweep_{which}_peaks.json" if which in (*FRESH_SETS, *WIDE_SETS) else DATA
 
 
 def _entry(config: SweepConfig) -> dict[str, Any]:
@@ -266,6 +356,8 @@ def _entry(config: SweepConfig) -> dict[str, Any]:
              "model": config.model}
     if hasattr(config, "architecture"):          # an mcore config (sweep_mcore.py)
         entry["architecture"] = config.architecture
+    if config.recompute_config is not None:      # a wide set's drawn section
+        entry["recompute_config"] = config.recompute_config
     return entry if config.step == BASE_STEP else {**entry, "step": config.step}
 
 
@@ -294,7 +386,8 @@ def _regenerate_command(path: Path) -> str:
         return "shipped --remeasure"
     if path == PINNED_DATA:
         return "measure --pinned"
-    return "measure" + next((f" --set {which}" for which in FRESH_SETS if path == _data_file(which)), "")
+    return "measure" + next((f" --set {which}" for which in (*FRESH_SETS, *WIDE_SETS) if path == _data_file(which)),
+                            "")
 
 
 def _launcher_revision() -> str:
@@ -317,7 +410,7 @@ def compare(remeasure: bool = False, which: str = "sweep") -> float:
         measure(which=which)
     data = _load(path)
     measured = {entry["name"]: entry for entry in data["configs"]}
-    rows, errors = [], {"build": [], "held-out": [], **{which: [] for which in FRESH_SETS}}
+    rows, errors = [], {"build": [], "held-out": [], **{which: [] for which in (*FRESH_SETS, *WIDE_SETS)}}
     exact_count = 0
     with tempfile.TemporaryDirectory(prefix="mf_memopt_sweep_") as tmp:
         for config in generate(which):
@@ -333,7 +426,7 @@ def compare(remeasure: bool = False, which: str = "sweep") -> float:
             exact_count += "exact_mib" in entry
             rows.append(_row(config, entry.get("exact_mib", entry["measured_mib"]), estimated, f"{error:+.1%}", term,
                              f"{estimated - reference:+.1f}", exact="exact_mib" in entry))
-    print_table(f"(e) {which if which in FRESH_SETS else 'sweep'}: estimate --runtime cpu against the "
+    print_table(f"(e) {which}: estimate --runtime cpu against the "
                 f"measured memory-pool peak (MiB); data {path.relative_to(REPO)} "
                 f"(MindSpore {data.get('mindspore')}, launcher {data.get('launcher')})",
                 ("config", "half", "layers", "h", "n/kv", "s", "b", "v", "f", "dtypes", "recompute", "measured",
@@ -346,7 +439,7 @@ def compare(remeasure: bool = False, which: str = "sweep") -> float:
     for half, values in errors.items():
         if values:
             print(_summary(half, values))
-    return max(errors[which if which in FRESH_SETS else "held-out"], default=float("nan"))
+    return max(errors["held-out" if which == "sweep" else which], default=float("nan"))
 
 
 def _summary(label: str, errors: list[float]) -> str:
@@ -424,11 +517,17 @@ def _row(config: SweepConfig, measured, estimated, error: str, term: str, off: s
     f = ffn_width(m["hidden_size"], m.get("multiple_of", 256), m.get("intermediate_size"), m.get("ffn_dim_multiplier"))
     return [config.name, config.half, str(m["num_layers"]), str(m["hidden_size"]),
             f"{m['num_heads']}/{m.get('n_kv_heads', m['num_heads'])}", str(m["seq_length"]), str(m["batch_size"]),
-            str(m["vocab_size"]), str(f), config.dtype,
+            str(m["vocab_size"]), str(f), config.dtype + structure(m),
             config.recompute if config.step == BASE_STEP else f"{config.recompute}; step: {config.step}",
             "-" if measured is None else f"{measured:.{2 if exact else 0}f}",
             "-" if estimated is None else f"{estimated:.1f}",
             error, off, term]
+
+
+def structure(model: dict[str, Any]) -> str:
+    """The structure keys a wide config writes, for a table column ("" when it writes none)."""
+    written = [key for key in ("use_flash_attention", "qkv_concat") if key in model]
+    return "".join(f"; {key.removeprefix('use_')} {'on' if model[key] else 'off'}" for key in written)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -445,8 +544,8 @@ def main(argv: list[str] | None = None) -> int:
     ships = commands.add_parser("shipped", help="estimate --measure on every shipped config (configs/*.yaml)")
     ships.add_argument("--remeasure", action="store_true", help="train them again instead of reading the data file")
     for command in (run, against, listing):
-        command.add_argument("--set", dest="which", choices=("sweep", *FRESH_SETS), default="sweep",
-                             help="the 32-config sweep (default) or a later held-out set of 16")
+        command.add_argument("--set", dest="which", choices=("sweep", *FRESH_SETS, *WIDE_SETS), default="sweep",
+                             help="the 32-config sweep (default), a later held-out set of 16 or a wide set")
     args = parser.parse_args(argv)
     if args.command == "measure":
         measure(args.only, pinned=args.pinned, which=args.which, exact=args.exact)

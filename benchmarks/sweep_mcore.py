@@ -18,9 +18,14 @@ set after the estimator was compared with it. The sweep varies:
 Configs come in pairs with the same architecture, dtypes, recompute form and step form but different
 shapes: the first of each pair is in the `build` half, the second in the `held-out` half.
 
-    python benchmarks/sweep_mcore.py list [--set fresh]
-    python benchmarks/sweep_mcore.py measure [--set fresh] [--only NAME ...] [--exact]
-    python benchmarks/sweep_mcore.py compare [--set fresh] [--half build|held-out]
+`--set wide` draws off the grids instead (`wide_shape`): hidden, heads, head_dim, key/value heads (any
+divisor), intermediate_size, seq, batch and vocab from ranges, `use_flash_attention` and `qkv_concat` on or
+off, four dtype settings (float16 softmax, or float16 norms, under float16 compute too), full recompute of
+every layer or the first k, select recompute of either or both cells of every layer or the first k.
+
+    python benchmarks/sweep_mcore.py list [--set fresh...fresh6|wide]
+    python benchmarks/sweep_mcore.py measure [--set fresh...fresh6|wide] [--only NAME ...] [--exact]
+    python benchmarks/sweep_mcore.py compare [--set fresh...fresh6|wide] [--half build|held-out]
 
 Peaks go to `benchmarks/data/sweep_mcore_peaks.json` (see `sweep.py` for the reading of a printed peak).
 """
@@ -41,7 +46,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.step_forms import FORMS  # noqa: E402
-from benchmarks.sweep import _estimate, _load, _summary, measured_reference, record_peaks  # noqa: E402
+from benchmarks.sweep import (_estimate, _load, _summary, measured_reference, record_peaks, structure,  # noqa: E402
+                              wide_recompute)
 
 BASE_CONFIG = REPO / "configs" / "qwen3_tiny.yaml"
 DATA = REPO / "benchmarks" / "data" / "sweep_mcore_peaks.json"
@@ -55,12 +61,20 @@ PAIRS = 16
 # updates for float16 compute that fresh5 found, before they saw it
 FRESH_SETS = {"fresh": (20261127, "d", 3), "fresh2": (20261128, "e", 5), "fresh3": (20261129, "g", 7),
               "fresh4": (20261130, "j", 1), "fresh5": (20261201, "n", 6), "fresh6": (20261202, "p", 2)}
+# Sets drawn by `wide`: every key that changes what training keeps, integers drawn from ranges off the grids below.
+# name -> (seed, config name prefix, configs)
+WIDE_SETS = {"wide": (20261203, "w", 12)}
 ARCHITECTURES = {"qwen3": {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "qk_layernorm": True},
                  "telechat3": {"model_type": "telechat3", "architectures": ["TeleChat3ForCausalLM"],
                                "qk_layernorm": False}}
 DTYPE_KEYS = ("params_dtype", "compute_dtype", "layernorm_compute_dtype", "softmax_compute_dtype", "rotary_dtype")
 DTYPES = {"float32": dict.fromkeys(DTYPE_KEYS, "float32"),
           "fp16 compute, fp32 params": {**dict.fromkeys(DTYPE_KEYS, "float32"), "compute_dtype": "float16"}}
+# the wide sets also draw float16 softmax or norms under float16 compute (parameters stay float32: bfloat16 and
+# float16 parameters are not what an mcore user trains; a float16 rotary_dtype GPTModel.__init__ refuses)
+WIDE_DTYPES = {**DTYPES,
+               "fp16 compute and softmax": {**DTYPES["fp16 compute, fp32 params"], "softmax_compute_dtype": "float16"},
+               "fp16 compute and norms": {**DTYPES["fp16 compute, fp32 params"], "layernorm_compute_dtype": "float16"}}
 OFF = {"recompute": False, "select_recompute": False, "select_comm_recompute": False}
 RECOMPUTE: dict[str, dict[str, Any]] = {
     "none": dict(OFF),
@@ -78,6 +92,7 @@ SEQ = (32, 64, 128, 256, 512)
 VOCAB = (256, 1000, 4096, 8000, 16000)
 MAX_TRAIN_GFLOP = 40.0
 MAX_FP32_PEAK = 1.5 * 2**30
+WIDE_GFLOP, WIDE_PEAK = 10.0, 0.5 * 2**30   # a wide config measures (--exact) in about a minute here
 
 
 @dataclass(frozen=True)
@@ -89,6 +104,7 @@ class McoreConfig:
     recompute: str
     step: str
     model: dict[str, Any] = field(default_factory=dict)
+    recompute_config: dict[str, Any] | None = None         # written instead of the named form (the wide sets)
     base: ClassVar[Path] = BASE_CONFIG                     # the shipped YAML the configs are made from
     recompute_forms: ClassVar[dict[str, dict[str, Any]]] = RECOMPUTE
 
@@ -102,11 +118,11 @@ class McoreConfig:
         model.update(self.architecture_keys())
         model.update({key: value for key, value in self.model.items() if key != "batch_size"})
         model["max_position_embeddings"] = self.model["seq_length"]
-        model.update(DTYPES[self.dtype])
+        model.update(WIDE_DTYPES[self.dtype])
         batch = self.model["batch_size"]
         document["runner_config"]["batch_size"] = batch
         document["train_dataset"]["batch_size"] = batch
-        document["recompute_config"] = dict(self.recompute_forms[self.recompute])
+        document["recompute_config"] = dict(self.recompute_config or self.recompute_forms[self.recompute])
         if FORMS[self.step] is None:
             document.pop("runner_wrapper", None)
         else:
@@ -123,6 +139,8 @@ def generate(which: str = "sweep") -> list[McoreConfig]:
     set of 16 (`FRESH_SETS`)."""
     if which in FRESH_SETS:
         return _fresh(which)
+    if which in WIDE_SETS:
+        return _wide(which)
     rng = random.Random(SEED)
     architectures, dtypes, forms, steps = list(ARCHITECTURES), list(DTYPES), list(RECOMPUTE), list(FORMS)
     configs = []
@@ -147,6 +165,49 @@ def _fresh(which: str) -> list[McoreConfig]:
             for index in range(PAIRS)]
 
 
+def _wide(which: str) -> list[McoreConfig]:
+    """A held-out set that samples every key a user writes (`wide_shape`); each config draws its architecture, dtype
+    setting, recompute section (`sweep.wide_recompute`) and step form."""
+    seed, prefix, count = WIDE_SETS[which]
+    rng = random.Random(seed)
+    configs = []
+    for index in range(count):
+        model = wide_shape(rng, _affordable)
+        recompute, section = wide_recompute(rng, model["num_hidden_layers"], ("mlp", "self_attention"),
+                                            r"mlp\.activation_func\.mul")
+        configs.append(McoreConfig(name=f"{prefix}{index:02d}", half=which,
+                                   architecture=rng.choice(list(ARCHITECTURES)), dtype=rng.choice(list(WIDE_DTYPES)),
+                                   recompute=recompute, recompute_config=section, step=rng.choice(list(FORMS)),
+                                   model=model))
+    return configs
+
+
+def wide_shape(rng: random.Random, affordable: Callable[..., bool], extra: Callable[[random.Random, int], dict]
+               = lambda rng, hidden: {}) -> dict[str, Any]:
+    """An mcore model drawn off the grids: layers 2-5, heads 1-12, hidden 48-640 (an even multiple of the heads:
+    the attention's __init__ requires a multiple), an even head_dim 8-96 drawn apart from hidden, any key/value head
+    count dividing the heads, intermediate_size 0.5-4 x hidden, seq 24-512, batch 1-4, vocab 100-16000, tied or
+    untied embeddings, `use_flash_attention` and `qkv_concat` on or off; `extra` adds the family's own keys (the
+    MoE's experts). Drawn until `affordable(model, WIDE_GFLOP, WIDE_PEAK)`."""
+    while True:
+        heads = rng.randint(1, 12)
+        hidden, head_dim = 2 * heads * rng.randint(-(-24 // heads), 320 // heads), 2 * rng.randint(4, 48)
+        model = {"num_hidden_layers": rng.randint(2, 5), "hidden_size": hidden, "num_attention_heads": heads,
+                 "num_key_value_heads": rng.choice([k for k in range(1, heads + 1) if heads % k == 0]),
+                 "head_dim": head_dim, "intermediate_size": rng.randint(hidden // 2, 4 * hidden),
+                 "seq_length": rng.randint(24, 512), "batch_size": rng.randint(1, 4),
+                 "vocab_size": rng.randint(100, 16000), "untie_embeddings_and_output_weights": rng.random() < 0.6,
+                 "use_flash_attention": rng.random() < 0.5, "qkv_concat": rng.random() < 0.5}
+        model["tie_word_embeddings"] = not model["untie_embeddings_and_output_weights"]
+        if not model["use_flash_attention"]:
+            # without flash attention MindFormers 1.9's mcore attention repeats the key/value heads with a reshape
+            # that does not build on CPU (BatchMatMul: scores of (3, 9, 225, 26) against keys of (27, 9, 225, 26))
+            model["num_key_value_heads"] = heads
+        model.update(extra(rng, hidden))
+        if affordable(model, WIDE_GFLOP, WIDE_PEAK):
+            return model
+
+
 def data_file(which: str) -> Path:
     return DATA if which == "sweep" else REPO / "benchmarks" / "data" / f"sweep_mcore_{which}_peaks.json"
 
@@ -167,7 +228,7 @@ def _shape(rng: random.Random) -> dict[str, Any]:
             return model
 
 
-def _affordable(model: dict[str, Any]) -> bool:
+def _affordable(model: dict[str, Any], max_gflop: float = MAX_TRAIN_GFLOP, max_peak: float = MAX_FP32_PEAK) -> bool:
     h, s, b, v, layers, f = (model[key] for key in ("hidden_size", "seq_length", "batch_size", "vocab_size",
                                                     "num_hidden_layers", "intermediate_size"))
     q = model["num_attention_heads"] * model["head_dim"]
@@ -177,12 +238,13 @@ def _affordable(model: dict[str, Any]) -> bool:
     activations = 4 * layers * b * (model["num_attention_heads"] * s * s + 5 * s * f + 8 * s * (h + q)) \
         + 16 * b * s * v
     params = 4 * (layers * (h * (q + 2 * kv) + q * h + 3 * h * f) + 2 * v * h)
-    return gflop <= MAX_TRAIN_GFLOP and activations + 3 * params <= MAX_FP32_PEAK and s * b <= 2048
+    return gflop <= max_gflop and activations + 3 * params <= max_peak and s * b <= 2048
 
 
 def _columns(config: McoreConfig) -> list[str]:
     m = config.model
-    return [config.name, config.half, config.architecture, str(m["num_hidden_layers"]), str(m["hidden_size"]),
+    return [config.name, config.half, config.architecture + structure(m), str(m["num_hidden_layers"]),
+            str(m["hidden_size"]),
             f"{m['num_attention_heads']}x{m['head_dim']}/{m['num_key_value_heads']}", str(m["seq_length"]),
             str(m["batch_size"]), str(m["vocab_size"]), str(m["intermediate_size"]), config.dtype,
             f"{config.recompute}; {config.step}"]
@@ -273,8 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     against = commands.add_parser("compare", help="the estimator against the recorded peaks")
     against.add_argument("--half", nargs="+", choices=("build", "held-out"), default=["build", "held-out"])
     for command in (run, against, listing):
-        command.add_argument("--set", dest="which", choices=("sweep", *FRESH_SETS), default="sweep",
-                             help="the 32-config sweep (default) or a later held-out set of 16")
+        command.add_argument("--set", dest="which", choices=("sweep", *FRESH_SETS, *WIDE_SETS), default="sweep",
+                             help="the 32-config sweep (default), a later held-out set of 16 or a wide set")
     args = parser.parse_args(argv)
     if args.command == "list":
         for config in generate(args.which):

@@ -1,6 +1,11 @@
-"""The CPU estimate against the held-out record: the newest generated sets, measured before the estimator
-first saw them (`benchmarks/sweep.py measure --exact --set fresh7|fresh8`, peaks replayed to the byte; fresh9,
-which also varies the training step, in whole MiB with two configs to the byte; fresh10 and fresh11 to the byte).
+"""The CPU estimate of the Llama against its later generated sets (`benchmarks/sweep.py measure --exact --set S`).
+
+A set is held out while no estimator term has been changed because of it: fresh7, fresh8, fresh11, `wide` and
+`wide2` (the draw off the grids: every key a user writes; peaks replayed to the byte) were measured before the
+estimator first saw them, and none of their misses changed a term.
+fresh9 and fresh10 are fitted: their first misses were traced and the estimator changed for them (w05 and w11,
+x00; benchmarks/README.md (e) has the history). fresh9 varies the training step and is in whole MiB with two
+configs to the byte; the others are to the byte.
 
 The peaks are data in `benchmarks/data/`; nothing here is typed by hand. Among them are configs at the
 optimizer's "end of clip-grad" checkpoint (u07, v11) and configs whose cast weights are recomputed, so a
@@ -16,13 +21,18 @@ import pytest
 from benchmarks.sweep import TARGET, _data_file, generate, measured_reference
 from mf_memopt.estimate import estimate_config
 
-HELD_OUT = ("fresh7", "fresh8", "fresh9", "fresh10", "fresh11")
+HELD_OUT = ("fresh7", "fresh8", "fresh11", "wide", "wide2")
+FITTED = ("fresh9", "fresh10")
 # Known misses, each strict: the day the estimate gets it right, the mark has to go.
 # (w05, over by 6.0% at the optimizer step, was one until the legacy Llama's updates ran one at a time after clip-grad)
-KNOWN: dict[str, str] = {}
-CASES = [pytest.param(which, config, id=f"{which}-{config.name}",
+KNOWN = {"a10": "-7.8% at the end of clip-grad (44.11 MiB measured, 40.6 estimated): float16 parameters with float32 "
+                "norms; traced: every parameter's cast and first product, the vocabulary matrices' decayed copies and "
+                "clip-grad's last sum alive together (8P + 4p_vocab + 4Vh), the order clip_ends_first says this dtype "
+                "mix does not take; the same under scale 1, a dynamic scale, qkv_concat off and flash attention off, "
+                "so what flips the order is not known yet"}
+CASES = [pytest.param(which, config, id=f"{'held-out' if which in HELD_OUT else 'fitted'}-{which}-{config.name}",
                       marks=[pytest.mark.xfail(reason=KNOWN[config.name], strict=True)] if config.name in KNOWN else [])
-         for which in HELD_OUT for config in generate(which)]
+         for which in (*HELD_OUT, *FITTED) for config in generate(which)]
 
 
 def _recorded(which: str) -> dict[str, dict]:
@@ -30,10 +40,30 @@ def _recorded(which: str) -> dict[str, dict]:
 
 
 @pytest.mark.parametrize(("which", "config"), CASES)
-def test_the_held_out_record_stays_within_five_percent_of_its_peak(which, config, tmp_path):
+def test_the_later_sets_stay_within_five_percent_of_their_peaks(which, config, tmp_path):
     entry = _recorded(which)[config.name]
-    assert "exact_mib" in entry or which == "fresh9", f"{config.name}: the held-out record is measured to the byte"
+    assert "exact_mib" in entry or which == "fresh9", f"{config.name}: the record is measured to the byte"
     estimated = estimate_config(config.write(tmp_path / f"{config.name}.yaml"), runtime="cpu").stages[0].peak.peak
     reference = measured_reference(entry)
     assert abs(estimated / 2**20 - reference) / reference <= TARGET
 
+
+
+def test_the_wide_set_samples_every_key_it_names():
+    """`--set wide` draws flash attention and qkv_concat both ways, grouped-query attention, partial full recompute,
+    off-grid shapes, no runner_wrapper, clip-grad on and off and a dynamic loss scale; a generator change that stops
+    drawing one of them fails here."""
+    from benchmarks.step_forms import FORMS
+    from benchmarks.sweep import HIDDEN, SEQ, VOCAB
+
+    configs = generate("wide")
+    models = [config.model for config in configs]
+    assert {model["use_flash_attention"] for model in models} == {True, False}
+    assert {model["qkv_concat"] for model in models} == {True, False}
+    assert any("n_kv_heads" in model for model in models)
+    assert any(isinstance(config.recompute_config["recompute"], list) for config in configs)
+    steps = {config.step for config in configs}
+    assert {"no runner_wrapper", "scale 1, clip", "scale 1, no clip"} <= steps <= set(FORMS)
+    assert any(step.startswith("dynamic scale") for step in steps)
+    assert any(model["hidden_size"] not in HIDDEN and model["seq_length"] not in SEQ
+               and model["vocab_size"] not in VOCAB for model in models)

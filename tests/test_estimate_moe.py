@@ -1,6 +1,10 @@
 """The CPU estimate of Qwen3-MoE layers against the measured record of `benchmarks/sweep_moe.py` (16 configs, 8
-pairs: the build half read off to write the MoE terms, the held-out half measured with it; every peak replayed to
-the byte). The peaks are data in `benchmarks/data/sweep_moe_peaks.json`, not typed here. Target: 10%."""
+pairs: the build half read off to write the MoE terms, the second half measured with it; every peak replayed to
+the byte). Both halves are fitted: the second half's first misses (m03, m02, m07) were traced and terms changed for
+them. The peaks are data in `benchmarks/data/sweep_moe_peaks.json`, not typed here. Target: 10%.
+
+The `wide` set (drawn off the grids, every key a user writes) is held out: measured before the estimator saw it,
+nothing changed after it; it is held to 5%, the target the dense families have."""
 
 from __future__ import annotations
 
@@ -8,8 +12,9 @@ import json
 
 import pytest
 
+from benchmarks.sweep import TARGET as WIDE_TARGET
 from benchmarks.sweep import measured_reference
-from benchmarks.sweep_moe import DATA, RECOMPUTE, generate
+from benchmarks.sweep_moe import DATA, RECOMPUTE, WIDE_SETS, data_file, generate
 from mf_memopt.estimate import estimate_config
 
 TARGET = 0.10
@@ -27,6 +32,27 @@ def test_the_moe_record_stays_within_ten_percent_of_its_peak(config, tmp_path):
     estimated = estimate_config(config.write(tmp_path / f"{config.name}.yaml"), runtime="cpu").stages[0].peak.peak
     reference = measured_reference(entry)
     assert abs(estimated / 2**20 - reference) / reference <= TARGET
+
+
+# Known misses of the wide set, each strict: the day the estimate gets it right, the mark has to go.
+WIDE_KNOWN = {"x10": "-11.2% at the optimizer step (84.33 MiB measured, 74.92 estimated): float16 compute with tied "
+                     "embeddings; the trace has the loss's one-hot (131, 8713) int32 and its float32 cast, and "
+                     "output_layer's float32 cast of the tied matrix, alive at AdamW's vocabulary update, which the "
+                     "estimate does not count (the same config in float32 is -0.2%, untied -0.1%, with float32 "
+                     "norms still -10.9%)"}
+WIDE_CASES = [pytest.param(which, config, id=f"held-out-{which}-{config.name}",
+                           marks=[pytest.mark.xfail(reason=WIDE_KNOWN[config.name], strict=True)]
+                           if config.name in WIDE_KNOWN else [])
+              for which in WIDE_SETS for config in generate(which)]
+
+
+@pytest.mark.parametrize(("which", "config"), WIDE_CASES)
+def test_the_wide_moe_set_stays_within_five_percent_of_its_peak(which, config, tmp_path):
+    entry = {item["name"]: item for item in json.loads(data_file(which).read_text())["configs"]}[config.name]
+    assert "exact_mib" in entry, f"{config.name}: {entry.get('error', 'not measured to the byte')}"
+    estimated = estimate_config(config.write(tmp_path / f"{config.name}.yaml"), runtime="cpu").stages[0].peak.peak
+    reference = measured_reference(entry)
+    assert abs(estimated / 2**20 - reference) / reference <= WIDE_TARGET
 
 
 def test_the_sweep_covers_every_recompute_form_both_dtype_settings_and_routing_variants():
