@@ -139,8 +139,13 @@ def build(data: dict, *, ours: bool):
 
     from mf_memopt.models.mcore import MCORE
 
+    from mindformers.core.context.build_context import MFContextOperator
+
     config = MindFormerConfig(**copy.deepcopy(data))
     build_context(config)
+    # MindFormers' context is a singleton that keeps the first config of the process: a build after another
+    # test's would read that test's use_legacy (and build no mcore model)
+    MFContextOperator.get_mf_ctx_instance().set_context(use_legacy=data.get("use_legacy", True))
     if ours:
         MCORE.prepare_build(config, "CPU", logging.getLogger("differential").info)
     build_parallel_config(config)

@@ -39,7 +39,7 @@ TP = ("parallel_config", "model_parallel")
 
 def differences(source: Source, plan: Plan) -> list[ConfigIssue]:
     """One note per documented difference from MindFormers' marks that `plan` meets."""
-    return [*_option_notes(source, plan), *_model_notes(source, plan)]
+    return [*_option_notes(source, plan), *plan.family.model_notes(source, plan)]
 
 
 def _option_notes(source: Source, plan: Plan) -> list[ConfigIssue]:
@@ -50,64 +50,33 @@ def _option_notes(source: Source, plan: Plan) -> list[ConfigIssue]:
     notes = []
     options = plan.rules.options
     if options.mp_comm_recompute is not None:
-        notes.append(_note(source, MP_COMM, "recompute-options-written",
+        notes.append(note(source, MP_COMM, "recompute-options-written",
                            _mp_comm(options.mp_comm_recompute, full, source.get(TP, 1))))
     recompute_true = source.get(RECOMPUTE) is True
     if options.recompute_slice_activation is not None and not recompute_true:
-        notes.append(_note(source, SLICE, "recompute-options-written",
+        notes.append(note(source, SLICE, "recompute-options-written",
                            "MindFormers passes it only when recompute is true; mf_memopt passes it to Cell.recompute "
-                           f"of the {_layers(full)} fully recomputed"))
+                           f"of the {layers_text(full)} fully recomputed"))
     if recompute_true and options.recompute_slice_activation is None:
-        notes.append(_note(source, RECOMPUTE, "no-default-slice-marks",
+        notes.append(note(source, RECOMPUTE, "no-default-slice-marks",
                            "MindFormers marks every operator of a fully recomputed layer slice_activation: False; "
                            "mf_memopt leaves the mark off"))
     return notes
-
-
-def _model_notes(source: Source, plan: Plan) -> list[ConfigIssue]:
-    """What MindFormers' models do besides LayerSetting, or where its default pattern names nothing."""
-    notes = []
-    flash = source.get(("model", "model_config", "use_flash_attention"))
-    if plan.family.name == "llama" and source.get((*OPTIONS, "select_recompute")) and not flash:
-        notes.append(_note(source, (*OPTIONS, "select_recompute"), "llama-attention-core",
-                           "with select_recompute set and flash attention off, MindFormers' Llama attention "
-                           "recomputes its score, mask and softmax operators in every layer; mf_memopt recomputes "
-                           "only what select_recompute names"))
-    if plan.family.name != "mcore":
-        return notes
-    swapped = [layer.layer for layer in plan.layers if layer.layer_swap is not None or layer.op_swap]
-    if swapped and _moe(source):
-        notes.append(_note(source, plan.rules.swaps[0].origin.path, "unshared-operators",
-                           "MindFormers' MoE routers share one gating activation object, so a swap that reaches it "
-                           "in one layer offloads it in every layer; mf_memopt gives each layer its own before the "
-                           f"plan, and offloads it only in the {_layers(swapped)} swapped"))
-    default = next((rule for rule in plan.rules.swaps if rule.default), None)
-    if default is not None:
-        notes.append(_note(source, default.origin.path, "mcore-default-swap",
-                           f"the default swap strategy offloads `{default.pattern}` in every layer, where "
-                           "MindFormers' swaps nothing"))
-    return notes
-
-
-def _moe(source: Source) -> bool:
-    from ..models.mcore.keys import architecture
-
-    arch, _ = architecture(source)
-    return arch is not None and arch.moe
 
 
 def _mp_comm(value: bool, full: list[int], tp: object) -> str:
     effect = ("communication is recomputed, as without the mark" if value else
               "the forward communication after an operator is not recomputed, its output kept (MindFormers "
               "recomputes it)")
-    text = (f"MindFormers 1.9 ignores it; mf_memopt passes it to Cell.recompute of the {_layers(full)} fully "
+    text = (f"MindFormers 1.9 ignores it; mf_memopt passes it to Cell.recompute of the {layers_text(full)} fully "
             f"recomputed, marking their operators recompute_comm_op: {value}: under tensor parallelism {effect}")
     return text + ("; model_parallel is 1, so there is no such communication" if tp == 1 else "")
 
 
-def _layers(layers: list[int]) -> str:
+def layers_text(layers: list[int]) -> str:
     return f"{len(layers)} layer{'s' if len(layers) != 1 else ''}"
 
 
-def _note(source: Source, path: tuple[str, ...], rule: str, message: str) -> ConfigIssue:
+def note(source: Source, path: tuple[str, ...], rule: str, message: str) -> ConfigIssue:
+    """The note for documented difference `rule` (`REASONS`), at the key `path`; the families' own notes too."""
     return source.issue(path, f"differs from MindFormers [{rule}]: {message}", REASONS[rule], severity="note")

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..config.errors import ConfigIssue
+    from ..config.plan import Plan
     from ..config.source import KeyPath, Source
 
 
@@ -81,6 +82,11 @@ class ModelFamily:
     def model_issues(self, source: Source) -> list[ConfigIssue]:
         """Cross-key rules MindFormers checks only when it builds the model (divisibility ...)."""
         raise NotImplementedError
+
+    def model_notes(self, source: Source, plan: Plan) -> list[ConfigIssue]:
+        """Where mf_memopt's marks on this family's models differ from MindFormers' on purpose, besides
+        LayerSetting's options (`config.differences`): one note per documented rule the plan meets."""
+        return []
 
     def swap_scope_issues(self, source: Source) -> list[ConfigIssue]:
         """Warnings when swap is asked for a model outside the documented scope."""

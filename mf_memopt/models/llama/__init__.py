@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from ...config.errors import ConfigIssue
+from ...config.plan import Plan
 from ...config.source import Source
 from ..family import AutoCells, Defaults, ModelFamily, ModelKeys
 from . import checks
@@ -46,6 +47,9 @@ class LlamaFamily(ModelFamily):
 
     def model_issues(self, source: Source) -> list[ConfigIssue]:
         return checks.model_issues(source)
+
+    def model_notes(self, source: Source, plan: Plan) -> list[ConfigIssue]:
+        return checks.model_notes(source, plan)
 
     def swap_scope_issues(self, source: Source) -> list[ConfigIssue]:
         return checks.swap_scope_issues(source)

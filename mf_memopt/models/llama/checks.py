@@ -7,7 +7,9 @@ divisibility rules of MindFormers' attention (`hidden_size % num_heads`, heads o
 
 from __future__ import annotations
 
+from ...config.differences import OPTIONS, note
 from ...config.errors import ConfigIssue
+from ...config.plan import Plan
 from ...config.source import KeyPath, Source
 
 _MODEL: KeyPath = ("model", "model_config")
@@ -52,3 +54,14 @@ def swap_scope_issues(source: Source) -> list[ConfigIssue]:
         issues.append(source.issue(("moe_config", "expert_num"),
                                    "swap is not yet supported for MoE models", None, severity="warning"))
     return issues
+
+
+def model_notes(source: Source, plan: Plan) -> list[ConfigIssue]:
+    """Where MindFormers' Llama marks more than LayerSetting: with flash attention off, its attention recomputes
+    its score, mask and softmax operators whenever select_recompute is set (config.differences)."""
+    if not source.get((*OPTIONS, "select_recompute")) or source.get((*_MODEL, "use_flash_attention")):
+        return []
+    return [note(source, (*OPTIONS, "select_recompute"), "llama-attention-core",
+                 "with select_recompute set and flash attention off, MindFormers' Llama attention recomputes its "
+                 "score, mask and softmax operators in every layer; mf_memopt recomputes only what select_recompute "
+                 "names")]

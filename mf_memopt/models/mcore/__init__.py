@@ -15,6 +15,7 @@ import re
 from dataclasses import replace
 
 from ...config.errors import ConfigIssue
+from ...config.plan import Plan
 from ...config.source import Source
 from ..family import AutoCells, Defaults, ModelFamily, ModelKeys
 from .keys import MODEL, architecture, mcore_view, model_value
@@ -88,6 +89,11 @@ class McoreFamily(ModelFamily):
         from .checks import model_issues
 
         return model_issues(source)
+
+    def model_notes(self, source: Source, plan: Plan) -> list[ConfigIssue]:
+        from .checks import model_notes
+
+        return model_notes(source, plan)
 
     def swap_scope_issues(self, source: Source) -> list[ConfigIssue]:
         from .checks import swap_scope_issues

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from ...config.differences import layers_text, note
 from ...config.errors import ConfigIssue
+from ...config.plan import Plan
 from ...config.source import KeyPath, Source
 from .keys import ARCHITECTURES, MODEL, architecture, model_value
 
@@ -142,3 +144,23 @@ def swap_scope_issues(source: Source) -> list[ConfigIssue]:
                              "models)", "check what the swapped patterns match with mf_memopt verify",
                              severity="warning")]
     return []
+
+
+def model_notes(source: Source, plan: Plan) -> list[ConfigIssue]:
+    """Where mf_memopt's marks on an mcore model differ from MindFormers' (config.differences): a swap on an MoE
+    model reaches the routers' shared gating activation only in the layers it names, and the default swap
+    strategy offloads what MindFormers' default pattern cannot name."""
+    notes = []
+    swapped = [layer.layer for layer in plan.layers if layer.layer_swap is not None or layer.op_swap]
+    arch, _ = architecture(source)
+    if swapped and arch is not None and arch.moe:
+        notes.append(note(source, plan.rules.swaps[0].origin.path, "unshared-operators",
+                          "MindFormers' MoE routers share one gating activation object, so a swap that reaches it "
+                          "in one layer offloads it in every layer; mf_memopt gives each layer its own before the "
+                          f"plan, and offloads it only in the {layers_text(swapped)} swapped"))
+    default = next((rule for rule in plan.rules.swaps if rule.default), None)
+    if default is not None:
+        notes.append(note(source, default.origin.path, "mcore-default-swap",
+                          f"the default swap strategy offloads `{default.pattern}` in every layer, where "
+                          "MindFormers' swaps nothing"))
+    return notes
