@@ -29,7 +29,7 @@ base_python=$(.venv/bin/python -c 'import sys; print(sys._base_executable)')
 light=$(.venv/bin/python -m pip freeze 2>/dev/null |
         grep -iE '^(pyyaml|jsonschema|jsonschema-specifications|referencing|rpds-py|attrs|typing.extensions)==')
 tests=$(.venv/bin/python -m pip freeze 2>/dev/null |
-        grep -iE '^(matplotlib|numpy|contourpy|cycler|fonttools|kiwisolver|packaging|pillow|pyparsing|python-dateutil|six|pytest|iniconfig|pluggy|pygments|hypothesis|sortedcontainers|attrs)==')
+        grep -iE '^(matplotlib|numpy|scipy|contourpy|cycler|fonttools|kiwisolver|packaging|pillow|pyparsing|python-dateutil|six|pytest|pytest-xdist|execnet|iniconfig|pluggy|pygments|hypothesis|sortedcontainers|attrs)==')
 # shellcheck disable=SC2086
 "$work/venv/bin/python" -m pip install "${pip_quiet[@]}" --no-deps "$wheel" $light
 .venv/bin/python "$root/tests/wheel_contents.py" --requirements "$wheel"
