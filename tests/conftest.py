@@ -2,6 +2,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 os.environ.setdefault("GLOG_v", "3")  # keep MindSpore quiet
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/fakes.py
 # benchmarks/ (the sweep's records) is imported from the checkout; appended, so that an installed mf_memopt
@@ -17,3 +19,16 @@ def pytest_ignore_collect(collection_path, config):
     if collection_path.suffix != ".py" or "not mindspore" not in (config.option.markexpr or ""):
         return None
     return True if _WHOLE_MODULE_MARK in collection_path.read_text(encoding="utf-8") else None
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _mindformers_legacy_default_per_module():
+    """MindFormers keeps one context per process (a singleton that ignores later configs) and reads `use_legacy`
+    from it wherever it builds or lays out a model: a module that built an mcore model (use_legacy False) would
+    leave MindFormers' legacy Llama path off for the next module the same pytest worker runs. Each module starts
+    from MindFormers' default (no use_legacy: legacy)."""
+    yield
+    context = sys.modules.get("mindformers.core.context.build_context")
+    instance = context.MFContextOperator.get_mf_ctx_instance() if context is not None else None
+    if instance is not None:
+        instance.use_legacy = None      # what MFContextOperator.get_context reads; None means legacy
