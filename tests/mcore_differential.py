@@ -158,28 +158,30 @@ def build(data: dict, *, ours: bool):
     return network
 
 
+def cell_marks(cell, path: str, found: dict, keys: tuple[str, ...] = MARKS) -> None:
+    """Add to `found` {path: marks} (the attributes `keys`) of every primitive with one and every cell set to
+    recompute under `cell`."""
+    if cell._has_config_recompute:
+        found[path] = {"cell_recompute": cell._scope.startswith("recompute_")}
+    for name, primitive in cell._primitives.items():
+        if primitive is None:
+            continue
+        values = {key: primitive.attrs[key] for key in keys if key in primitive.attrs}
+        if values:
+            found[f"{path}.{name}"] = values
+    for name, child in cell._cells.items():
+        if child is not None:
+            cell_marks(child, f"{path}.{name}", found, keys)
+
+
 def marks(network) -> dict:
     """{path: marks} of every primitive with one and every cell set to recompute, in the decoder layers."""
     found: dict[str, dict] = {}
-
-    def visit(cell, path):
-        if cell._has_config_recompute:
-            found[path] = {"cell_recompute": cell._scope.startswith("recompute_")}
-        for name, primitive in cell._primitives.items():
-            if primitive is None:
-                continue
-            values = {key: primitive.attrs[key] for key in MARKS if key in primitive.attrs}
-            if values:
-                found[f"{path}.{name}"] = values
-        for name, child in cell._cells.items():
-            if child is not None:
-                visit(child, f"{path}.{name}")
-
     for index, layer in enumerate(network.model.decoder.layers):
-        visit(layer, f"layers.{index}")
+        cell_marks(layer, f"layers.{index}", found)
     mtp = getattr(network.model, "mtp", None)
     for index, layer in enumerate(mtp.layers if mtp is not None else []):
-        visit(layer, f"mtp.layers.{index}")
+        cell_marks(layer, f"mtp.layers.{index}", found)
     return found
 
 

@@ -185,23 +185,11 @@ def decoder_layers(network) -> list[tuple[str, object]]:
 def marks(network) -> dict:
     """{path: marks} of every primitive carrying one and every cell set to recompute, in the decoder (and MTP)
     layers, and each layer's `pipeline_stage`."""
+    from mcore_differential import cell_marks
+
     found: dict[str, dict] = {}
-
-    def visit(cell, path):
-        if cell._has_config_recompute:
-            found[path] = {"cell_recompute": cell._scope.startswith("recompute_")}
-        for name, primitive in cell._primitives.items():
-            if primitive is None:
-                continue
-            values = {key: primitive.attrs[key] for key in MARKS if key in primitive.attrs}
-            if values:
-                found[f"{path}.{name}"] = values
-        for name, child in cell._cells.items():
-            if child is not None:
-                visit(child, f"{path}.{name}")
-
     for label, layer in decoder_layers(network):
-        visit(layer, label)
+        cell_marks(layer, label, found, MARKS)
         found.setdefault(label, {})["pipeline_stage"] = int(layer.pipeline_stage)
     return found
 

@@ -128,20 +128,27 @@ def test_bfloat16_is_caught_before_the_model_is_built(tmp_path):
 @pytest.mark.mindspore
 def test_ctrl_c_during_training_exits_130_and_says_where(tmp_path):
     output = tmp_path / "out"
-    process = subprocess.Popen(_command(str(TINY), "--output_dir", str(output), "--train_dataset_dir",
-                                        str(tmp_path / "tokens.mindrecord")),
-                               cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in process.stdout:
-        if "step:[    2/" in line:
-            process.send_signal(signal.SIGINT)
-            break
-    _, stderr = process.communicate(timeout=300)
+    process, stderr = _stopped_at_step_2(tmp_path, output, lambda process: process.send_signal(signal.SIGINT))
     assert process.returncode == 130, stderr[-3000:]
     (last,) = stderr.splitlines()[-1:]
     assert last.startswith("run_mindformer_memopt.py: interrupted after ")
     assert last.endswith(f"; written: {output}/apply_report.json, {output}/run_config.yaml; logs in {output}/log")
     # MindFormers' logs went under --output_dir, not under ./output of the working directory.
     assert (output / "log" / "rank_0" / "info.log").exists() and not (tmp_path / "output").exists()
+
+
+def _stopped_at_step_2(tmp_path: Path, output: Path, stop) -> tuple[subprocess.Popen, str]:
+    """The launcher trained on the tiny config until MindFormers logs step 2, then `stop(process)`: the finished
+    process and its stderr."""
+    process = subprocess.Popen(_command(str(TINY), "--output_dir", str(output), "--train_dataset_dir",
+                                        str(tmp_path / "tokens.mindrecord")),
+                               cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in process.stdout:
+        if "step:[    2/" in line:
+            stop(process)
+            break
+    _, stderr = process.communicate(timeout=300)
+    return process, stderr
 
 
 def _only_child(pid: int) -> int:
@@ -155,20 +162,15 @@ def _only_child(pid: int) -> int:
 def test_a_hangup_or_a_job_managers_signal_to_every_process_ends_the_run_cleanly(tmp_path, how):
     """A closed terminal sends SIGHUP; a job manager that signals every process of the job reaches the training
     child twice (directly and through the launcher): both are one stop, with the one line and status 130."""
-    output = tmp_path / "out"
-    process = subprocess.Popen(_command(str(TINY), "--output_dir", str(output), "--train_dataset_dir",
-                                        str(tmp_path / "tokens.mindrecord")),
-                               cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in process.stdout:
-        if "step:[    2/" in line:
-            if how.startswith("SIGHUP"):
-                process.send_signal(signal.SIGHUP)
-            else:                     # the launcher's copy comes while the child handles its own
-                os.kill(_only_child(process.pid), signal.SIGTERM)
-                time.sleep(0.3)
-                process.send_signal(signal.SIGTERM)
-            break
-    _, stderr = process.communicate(timeout=300)
+    def stop(process: subprocess.Popen) -> None:
+        if how.startswith("SIGHUP"):
+            process.send_signal(signal.SIGHUP)
+        else:                     # the launcher's copy comes while the child handles its own
+            os.kill(_only_child(process.pid), signal.SIGTERM)
+            time.sleep(0.3)
+            process.send_signal(signal.SIGTERM)
+
+    process, stderr = _stopped_at_step_2(tmp_path, tmp_path / "out", stop)
     assert process.returncode == 130, stderr[-3000:]
     assert stderr.splitlines()[-1].startswith("run_mindformer_memopt.py: interrupted after ")
 
