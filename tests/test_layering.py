@@ -34,6 +34,21 @@ def test_the_config_stage_imports_no_later_stage_and_no_mindspore():
     assert [name for name in loaded if name.startswith(LATER_STAGES) or name.split(".")[0] in MINDSPORE] == []
 
 
+def test_every_config_and_family_module_imports_first_in_a_fresh_interpreter():
+    """No import circle: each module of the config stage and the families' config parts (none imports MindSpore),
+    imported before anything else (an entry point may start anywhere; `benchmarks/balance.py` started at
+    config.plan and met one)."""
+    modules = _modules("mf_memopt.config") + ["mf_memopt.models", "mf_memopt.models.family", "mf_memopt.models.llama",
+                                              "mf_memopt.models.llama.checks", "mf_memopt.models.mcore",
+                                              "mf_memopt.models.mcore.checks", "mf_memopt.models.mcore.keys"]
+    code = ("import importlib, subprocess, sys\n"
+            f"failed = [name for name in {modules!r} if subprocess.run([sys.executable, '-c', 'import ' + name],"
+            " capture_output=True).returncode]\n"
+            "print(' '.join(failed))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == []
+
+
 @pytest.mark.parametrize("command_modules", [["mf_memopt.cli", "mf_memopt.estimate", "mf_memopt.auto",
                                              "mf_memopt.auto.balance", "mf_memopt.auto.balance_report"]])
 def test_validate_plan_estimate_and_auto_run_without_mindspore(command_modules):

@@ -8,11 +8,14 @@ and the SiLU at `w1.activation.silu`).
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from ...config.errors import ConfigIssue
-from ...config.plan import Plan
 from ...config.source import Source
 from ..family import AutoCells, Defaults, ModelFamily, ModelKeys
+
+if TYPE_CHECKING:
+    from ...config.plan import Plan
 from . import checks
 
 _MODEL = ("model", "model_config")

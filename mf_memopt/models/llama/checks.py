@@ -7,10 +7,13 @@ divisibility rules of MindFormers' attention (`hidden_size % num_heads`, heads o
 
 from __future__ import annotations
 
-from ...config.differences import OPTIONS, note
+from typing import TYPE_CHECKING
+
 from ...config.errors import ConfigIssue
-from ...config.plan import Plan
 from ...config.source import KeyPath, Source
+
+if TYPE_CHECKING:
+    from ...config.plan import Plan
 
 _MODEL: KeyPath = ("model", "model_config")
 _MP: KeyPath = ("parallel_config", "model_parallel")
@@ -59,6 +62,8 @@ def swap_scope_issues(source: Source) -> list[ConfigIssue]:
 def model_notes(source: Source, plan: Plan) -> list[ConfigIssue]:
     """Where MindFormers' Llama marks more than LayerSetting: with flash attention off, its attention recomputes
     its score, mask and softmax operators whenever select_recompute is set (config.differences)."""
+    from ...config.differences import OPTIONS, note  # config.plan, which config.differences reads, reads models
+
     if not source.get((*OPTIONS, "select_recompute")) or source.get((*_MODEL, "use_flash_attention")):
         return []
     return [note(source, (*OPTIONS, "select_recompute"), "llama-attention-core",

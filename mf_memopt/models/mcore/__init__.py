@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from ...config.errors import ConfigIssue
-from ...config.plan import Plan
 from ...config.source import Source
 from ..family import AutoCells, Defaults, ModelFamily, ModelKeys
+
+if TYPE_CHECKING:
+    from ...config.plan import Plan
 from .keys import MODEL, architecture, mcore_view, model_value
 
 # MindFormers' own default patterns for mcore models (parallel_core/training_graph/transformer/utils.py)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from ...config.differences import layers_text, note
+from typing import TYPE_CHECKING
+
 from ...config.errors import ConfigIssue
-from ...config.plan import Plan
 from ...config.source import KeyPath, Source
 from .keys import ARCHITECTURES, MODEL, architecture, model_value
+
+if TYPE_CHECKING:
+    from ...config.plan import Plan
 
 _TP: KeyPath = ("parallel_config", "model_parallel")
 
@@ -150,6 +153,8 @@ def model_notes(source: Source, plan: Plan) -> list[ConfigIssue]:
     """Where mf_memopt's marks on an mcore model differ from MindFormers' (config.differences): a swap on an MoE
     model reaches the routers' shared gating activation only in the layers it names, and the default swap
     strategy offloads what MindFormers' default pattern cannot name."""
+    from ...config.differences import layers_text, note  # config.plan, which config.differences reads, reads models
+
     notes = []
     swapped = [layer.layer for layer in plan.layers if layer.layer_swap is not None or layer.op_swap]
     arch, _ = architecture(source)
