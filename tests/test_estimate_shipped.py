@@ -1,6 +1,7 @@
 """The estimate on MindFormers' shipped pretrain YAMLs: each stage held to the YAML's own max_device_memory.
 
-The YAMLs come from the installed mindformers wheel (its `configs/` beside the package); a missing one fails.
+The YAMLs come from the installed mindformers wheel (its `configs/` beside the package); a missing one fails. So the
+module is in the `mindspore` tier: the wheel check's clean environment has neither MindSpore nor MindFormers.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from mf_memopt.estimate import estimate_config
 from mf_memopt.estimate.budget import TEMPLATE_DEFAULT, device_budget
 from mf_memopt.estimate.memory import _backward_moment, shard_groups, stage_params
 from mf_memopt.estimate.spec import optimizer_spec
+
+pytestmark = pytest.mark.mindspore
 
 SHIPPED = ("qwen3/pretrain_qwen3_32b_4k.yaml", "qwen3_moe/pretrain_qwen3_30b_a3b_4k.yaml",
            "telechat3/pretrain_telechat3_36b.yaml", "deepseek3/pretrain_deepseek3_671b.yaml",
