@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from sweep_cases import sweep_cases
 
 from benchmarks.sweep import TARGET, _data_file, generate, measured_reference
 from mf_memopt.estimate import estimate_config
@@ -30,9 +31,7 @@ KNOWN = {"a10": "-7.8% at the end of clip-grad (44.11 MiB measured, 40.6 estimat
                 "clip-grad's last sum alive together (8P + 4p_vocab + 4Vh), the order clip_ends_first says this dtype "
                 "mix does not take; the same under scale 1, a dynamic scale, qkv_concat off and flash attention off, "
                 "so what flips the order is not known yet"}
-CASES = [pytest.param(which, config, id=f"{'held-out' if which in HELD_OUT else 'fitted'}-{which}-{config.name}",
-                      marks=[pytest.mark.xfail(reason=KNOWN[config.name], strict=True)] if config.name in KNOWN else [])
-         for which in (*HELD_OUT, *FITTED) for config in generate(which)]
+CASES = sweep_cases((*HELD_OUT, *FITTED), generate, HELD_OUT, KNOWN)
 
 
 def _recorded(which: str) -> dict[str, dict]:

@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 import pytest
+from sweep_cases import sweep_cases
 
 from benchmarks.sweep import TARGET, measured_reference
 from benchmarks.sweep_mcore import FRESH_SETS, WIDE_SETS, data_file, generate
@@ -27,9 +28,7 @@ from mf_memopt.estimate import estimate_config
 KNOWN: dict[str, str] = {}
 SETS = ("sweep", *FRESH_SETS)
 HELD_OUT = ("fresh6", *WIDE_SETS)
-CASES = [pytest.param(which, config, id=f"{'held-out' if which in HELD_OUT else 'fitted'}-{which}-{config.name}",
-                      marks=[pytest.mark.xfail(reason=KNOWN[config.name], strict=True)] if config.name in KNOWN else [])
-         for which in (*SETS, *WIDE_SETS) for config in generate(which)]
+CASES = sweep_cases((*SETS, *WIDE_SETS), generate, HELD_OUT, KNOWN)
 
 
 def _recorded(which: str) -> dict[str, dict]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from sweep_cases import sweep_cases
 
 from benchmarks.sweep import TARGET as WIDE_TARGET
 from benchmarks.sweep import measured_reference
@@ -40,10 +41,7 @@ WIDE_KNOWN = {"x10": "-11.2% at the optimizer step (84.33 MiB measured, 74.92 es
                      "output_layer's float32 cast of the tied matrix, alive at AdamW's vocabulary update, which the "
                      "estimate does not count (the same config in float32 is -0.2%, untied -0.1%, with float32 "
                      "norms still -10.9%)"}
-WIDE_CASES = [pytest.param(which, config, id=f"held-out-{which}-{config.name}",
-                           marks=[pytest.mark.xfail(reason=WIDE_KNOWN[config.name], strict=True)]
-                           if config.name in WIDE_KNOWN else [])
-              for which in WIDE_SETS for config in generate(which)]
+WIDE_CASES = sweep_cases(WIDE_SETS, generate, WIDE_SETS, WIDE_KNOWN)
 
 
 @pytest.mark.parametrize(("which", "config"), WIDE_CASES)
