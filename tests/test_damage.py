@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from children import only_child
 from full_disk import fill, full_disk_env
 from mf_memopt.runtime import supervise
 
@@ -119,12 +120,6 @@ def test_resuming_from_a_truncated_checkpoint_names_it_and_the_one_before(tmp_pa
         f"there is {saved / 'llama_tiny_rank_0-1_8.ckpt'}")
 
 
-def _only_child(pid: int) -> int:
-    """The one process `pid` started (the supervised training child), read from /proc."""
-    (child,) = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return int(child)
-
-
 @pytest.mark.mindspore
 def test_a_killed_training_process_is_reported_dead_with_its_step(tmp_path):
     command = [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(TINY), "--run_mode", "train",
@@ -136,7 +131,7 @@ def test_a_killed_training_process_is_reported_dead_with_its_step(tmp_path):
                                     text=True)
         for line in launcher.stdout:
             if "step:[    3/" in line:
-                os.kill(_only_child(launcher.pid), signal.SIGKILL)
+                os.kill(only_child(launcher.pid), signal.SIGKILL)
                 break
         _, stderr = launcher.communicate(timeout=120)
         assert decoy.poll() is None

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from children import only_child
 from mf_memopt.config.source import parse_yaml
 from mf_memopt.models.llama.backend import backend_issues
 from mf_memopt.runtime.outputs import OutputError, check_output_dir, write_report
@@ -151,12 +152,6 @@ def _stopped_at_step_2(tmp_path: Path, output: Path, stop) -> tuple[subprocess.P
     return process, stderr
 
 
-def _only_child(pid: int) -> int:
-    """The one process `pid` started (the supervised training child), read from /proc."""
-    (child,) = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return int(child)
-
-
 @pytest.mark.mindspore
 @pytest.mark.parametrize("how", ["SIGHUP to the launcher", "SIGTERM to the launcher and its child at once"])
 def test_a_hangup_or_a_job_managers_signal_to_every_process_ends_the_run_cleanly(tmp_path, how):
@@ -166,7 +161,7 @@ def test_a_hangup_or_a_job_managers_signal_to_every_process_ends_the_run_cleanly
         if how.startswith("SIGHUP"):
             process.send_signal(signal.SIGHUP)
         else:                     # the launcher's copy comes while the child handles its own
-            os.kill(_only_child(process.pid), signal.SIGTERM)
+            os.kill(only_child(process.pid), signal.SIGTERM)
             time.sleep(0.3)
             process.send_signal(signal.SIGTERM)
 
