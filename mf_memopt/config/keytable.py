@@ -90,9 +90,13 @@ def render() -> str:
     recompute = load_schema("recompute_config")
     counts, indices = (recompute["$defs"][name]["properties"] for name in ("section_with_counts", "section_with_swap"))
     lines = ["`recompute_config` (a key's form depends on `swap_config.swap`):", ""]
-    lines += _table(["key", "swap off: per-stage counts", "swap on: layer indices", "meaning"],
-                    [(f"`{key}`", _forms(node, recompute), _forms(indices[key], recompute), node["description"])
-                     for key, node in counts.items()])
+    rows, first = [], {}
+    for key, node in counts.items():
+        forms = (_forms(node, recompute), _forms(indices[key], recompute))
+        earlier = first.setdefault(forms, key)   # a long form written once, then named
+        shown = forms if earlier == key or "boolean" in forms else (f"as `{earlier}`",) * 2
+        rows.append((f"`{key}`", *shown, node["description"]))
+    lines += _table(["key", "swap off: per-stage counts", "swap on: layer indices", "meaning"], rows)
     for name in ("swap_config", "compress_config"):
         schema = load_schema(name)
         section = schema["$defs"]["section"]["properties"]
@@ -117,7 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--file", type=Path, default=DOC, help="the document holding the markers")
     args = parser.parse_args(argv)
     text = args.file.read_text("utf-8")
-    new = replaced(text, render())
+    try:
+        new = replaced(text, render())
+    except ValueError as error:
+        print(f"{args.file}: {error}")
+        return 2
     if args.check:
         if new != text:
             print(f"{args.file}: the key table differs from the schemas; regenerate it with `{COMMAND}`")
