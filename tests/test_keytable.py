@@ -2,13 +2,16 @@
 
 import copy
 import json
+from pathlib import Path
 
 from mf_memopt.config import keytable
 from mf_memopt.config.schema import load_schema
 
+DOC = Path(__file__).resolve().parents[1] / keytable.DOC
+
 
 def test_the_committed_key_table_is_the_one_the_schemas_write():
-    text = keytable.DOC.read_text("utf-8")
+    text = DOC.read_text("utf-8")
     assert keytable.replaced(text, keytable.render()) == text, (
         f"docs/configuration.md's key table differs from the schemas; regenerate it with `{keytable.COMMAND}`")
 
@@ -24,7 +27,7 @@ def test_every_key_of_the_three_sections_has_a_row_with_its_description():
 
 def test_a_changed_schema_makes_the_check_fail_and_name_the_command(tmp_path, monkeypatch, capsys):
     doc = tmp_path / "configuration.md"
-    doc.write_text(keytable.replaced(keytable.DOC.read_text("utf-8"), keytable.render()), "utf-8")
+    doc.write_text(keytable.replaced(DOC.read_text("utf-8"), keytable.render()), "utf-8")
     assert keytable.main(["--check", "--file", str(doc)]) == 0
 
     original = load_schema("swap_config")
@@ -37,8 +40,11 @@ def test_a_changed_schema_makes_the_check_fail_and_name_the_command(tmp_path, mo
     assert json.dumps(original) == json.dumps(load_schema("swap_config"))
 
 
-def test_a_document_without_the_markers_is_refused_in_one_line(tmp_path, capsys):
+def test_a_missing_document_or_one_without_the_markers_is_refused_in_one_line(tmp_path, capsys):
     doc = tmp_path / "plain.md"
+    assert keytable.main(["--check", "--file", str(doc)]) == 2
+    assert "no such file" in capsys.readouterr().out
     doc.write_text("# no table here\n", "utf-8")
     assert keytable.main(["--check", "--file", str(doc)]) == 2
-    assert capsys.readouterr().out.count("\n") == 1
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "markers of the key table are missing" in out
