@@ -21,12 +21,28 @@ import importlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
     from ..config.errors import ConfigIssue
     from ..config.plan import Plan
     from ..config.source import KeyPath, Source
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Part(Generic[T]):
+    """A lazy reference to a value in another module: `module` is imported when the value is first asked for, so
+    that declaring a part imports nothing (a part may need MindSpore, or import the stages it implements)."""
+
+    module: str
+    name: str
+
+    def get(self) -> T:
+        value: T = getattr(importlib.import_module(self.module), self.name)
+        return value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
