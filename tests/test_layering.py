@@ -179,3 +179,21 @@ def test_no_package_dodges_an_import_circle_with_a_lazy_getattr():
              and any(isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
                      for node in ast.parse(path.read_text()).body)]
     assert found == []
+
+
+def family_choices(source: str) -> int:
+    """How many times `source` calls `family_of` (by any spelling: `family_of(...)`, `models.family_of(...)`)."""
+    return sum(1 for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+               and (getattr(node.func, "id", None) == "family_of" or getattr(node.func, "attr", None) == "family_of"))
+
+
+def test_the_family_is_chosen_only_by_the_loader():
+    """`config.load` chooses the family of a YAML; every later stage takes it from the document or the plan."""
+    calls = {_module_name(path): family_choices(path.read_text()) for path in sorted(PACKAGE.rglob("*.py"))}
+    assert {module: count for module, count in calls.items() if count} == {"mf_memopt.config.load": 1}
+
+
+def test_the_family_check_would_see_a_choice_made_elsewhere():
+    assert family_choices("from ..models import family_of\nfamily = family_of(source)\n") == 1
+    assert family_choices("from .. import models\nview = models.family_of(base).view(base)[0]\n") == 1
+    assert family_choices("from ..models import family_of\n") == 0
