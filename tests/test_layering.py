@@ -197,3 +197,10 @@ def test_the_family_check_would_see_a_choice_made_elsewhere():
     assert family_choices("from ..models import family_of\nfamily = family_of(source)\n") == 1
     assert family_choices("from .. import models\nview = models.family_of(base).view(base)[0]\n") == 1
     assert family_choices("from ..models import family_of\n") == 0
+
+
+def test_compare_trains_through_the_runner_and_imports_nothing_of_estimate():
+    found = [f"{_module_name(path)} imports {target}" for path in sorted((PACKAGE / "compare").rglob("*.py"))
+             for target in package_imports(path.read_text(), _module_name(path), path.stem == "__init__")
+             if target.startswith("mf_memopt.estimate")]
+    assert found == []
