@@ -41,7 +41,8 @@ def test_every_config_and_family_module_imports_first_in_a_fresh_interpreter():
     config.plan and met one)."""
     modules = _modules("mf_memopt.config") + ["mf_memopt.models", "mf_memopt.models.family", "mf_memopt.models.llama",
                                               "mf_memopt.models.llama.checks", "mf_memopt.models.mcore",
-                                              "mf_memopt.models.mcore.checks", "mf_memopt.models.mcore.keys"]
+                                              "mf_memopt.models.mcore.checks", "mf_memopt.models.mcore.keys",
+                                              "mf_memopt.models.llama.parts", "mf_memopt.models.mcore.parts"]
     code = ("import importlib, subprocess, sys\n"
             f"failed = [name for name in {modules!r} if subprocess.run([sys.executable, '-c', 'import ' + name],"
             " capture_output=True).returncode]\n"
