@@ -53,7 +53,7 @@ def grouped(peak) -> list[tuple[int, int, str]]:
 
 def trace(config: Path, log: Path) -> None:
     """Train `config` one step as `estimate --measure` does, with the allocation log on, into `log`."""
-    from mf_memopt.estimate.measure import child_command, child_environment
+    from mf_memopt.runner import child_command, child_environment
 
     with tempfile.TemporaryDirectory(prefix="mf_memopt_trace_") as tmp, log.open("w") as out:
         env = child_environment("cpu", Path(tmp), allocation_log=True)

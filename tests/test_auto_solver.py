@@ -266,12 +266,12 @@ def test_an_estimator_term_the_search_cannot_express_is_refused(tmp_path, monkey
     from mf_memopt.auto import limits
     from mf_memopt.estimate.memory import StagePeak
 
-    cpu_checkpoints = LLAMA.cpu_checkpoints
+    cpu_checkpoints = LLAMA.estimator.cpu_checkpoints
 
     def with_a_maximum(model, effects):
         largest = max(effect.bytes() - effect.bytes("recomputed") for effect in effects)
         return [*cpu_checkpoints(model, effects), StagePeak(kind="largest layer", components={"x": largest})]
 
-    monkeypatch.setattr(LLAMA, "cpu_checkpoints", with_a_maximum)
+    monkeypatch.setattr(LLAMA.estimator, "cpu_checkpoints", with_a_maximum)
     with pytest.raises(limits.PlannerMismatch, match="do not add up to its peak"):
         auto_plan(tiny(tmp_path, 4), budget=60 * MiB, runtime="cpu", choices=CPU_CHOICES)

@@ -241,10 +241,10 @@ def test_the_cpu_estimate_says_when_the_runtime_differs_from_the_one_it_was_meas
     --measure, and the measured one none."""
     from mf_memopt.estimate.versions import installed
 
-    monkeypatch.setattr(LLAMA, "cpu_measured_on", {"pyyaml": installed("pyyaml"), "pytest": installed("pytest")})
+    monkeypatch.setattr(LLAMA.estimator, "cpu_measured_on", {"pyyaml": installed("pyyaml"), "pytest": installed("pytest")})
     assert not any("measured on" in note for note in estimate_config(ROOT / "configs/llama_tiny.yaml",
                                                                       runtime="cpu").notes)
-    monkeypatch.setattr(LLAMA, "cpu_measured_on", {"mindspore": "2.8.0", "pytest": installed("pytest")})
+    monkeypatch.setattr(LLAMA.estimator, "cpu_measured_on", {"mindspore": "2.8.0", "pytest": installed("pytest")})
     notes = estimate_config(ROOT / "configs/llama_tiny.yaml", runtime="cpu").notes
     assert any("measured on mindspore 2.8.0" in note and "check the estimate with `estimate --measure`" in note
                for note in notes)

@@ -12,7 +12,9 @@ from mf_memopt import load_plan
 from mf_memopt.cli import main
 from mf_memopt.config.errors import ConfigError
 from mf_memopt.config.source import load_source
-from mf_memopt.models import LLAMA, MCORE, family_of
+from mf_memopt.models import family_of
+from mf_memopt.models.llama import LLAMA
+from mf_memopt.models.mcore import MCORE
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN3 = ROOT / "configs" / "qwen3_tiny.yaml"

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from mf_memopt.config.schema import MODEL_SCHEMAS, SCHEMA_NAMES, load_schema
+from mf_memopt.config.schema import SCHEMA_NAMES, load_schema, model_schemas
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION_SCHEMAS = ("recompute_config", "swap_config")
-ALL_SCHEMAS = (*SCHEMA_NAMES, *MODEL_SCHEMAS)
+ALL_SCHEMAS = (*SCHEMA_NAMES, *model_schemas())
 
 
 def _walk(node, path=()):

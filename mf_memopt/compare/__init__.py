@@ -28,9 +28,8 @@ from typing import Any
 import yaml
 
 from ..config.device import device_of
-from ..config.load import plan_source
+from ..config.load import plan_source, read_document
 from ..config.source import Source, load_source
-from ..models import family_of
 from .configs import PLAN_SECTIONS, LossyUse, by_text, check_only_plan_changes, leaves, lossy_uses, with_lossy_uses
 from .runs import Run, RunFailed, Step, train_recorded
 
@@ -189,7 +188,7 @@ def _dataset(source: Source) -> Path | None:
 
 
 def _plan_changes(base: Source, candidate: Source) -> list[str]:
-    views = [dict(leaves(family_of(source).view(source)[0].data)) for source in (base, candidate)]
+    views = [dict(leaves(read_document(source).view.data)) for source in (base, candidate)]
     paths = sorted({path for view in views for path in view if path[0] in PLAN_SECTIONS}, key=by_text)
 
     def shown(view: dict, path: tuple) -> str:

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config.errors import ConfigError, ConfigIssue
+from ..config.load import read_document
 from ..config.plan import Plan
 from ..config.source import KeyPath, Source
-from ..models import family_of
 
 PLAN_SECTIONS = ("recompute_config", "swap_config", "compress_config")
 PER_RUN = (("output_dir",),)              # each run writes to its own directory
@@ -45,7 +45,7 @@ class LossyUse:
 
 def check_only_plan_changes(base: Source, candidate: Source) -> None:
     """ConfigError naming every key outside the plan's sections whose value differs between the two."""
-    base_view, candidate_view = family_of(base).view(base)[0], family_of(candidate).view(candidate)[0]
+    base_view, candidate_view = read_document(base).view, read_document(candidate).view
     left, right = dict(leaves(base_view.data)), dict(leaves(candidate_view.data))
     elsewhere = _plan_keys_written_elsewhere(base_view) | _plan_keys_written_elsewhere(candidate_view)
     issues = []

@@ -1,10 +1,10 @@
 """Train one config for N steps with the launcher in a child process and read back what it did.
 
-The child is the project's launcher with `--record_steps` (`runtime/train.py`): one JSON line per
-step with the exact float32 loss, global norm, overflow flag and loss scale, then a SHA-256 digest
-of every trained parameter. It runs in a directory of its own, and reads the dataset the YAML
-names, resolved from the caller's working directory as a training run started there would read
-it (a `generated_dataset` is written there once and then shared by both runs). On CPU the memory-pool peak is read from
+The child is the project's launcher with `--record_steps` (`runtime/train.py`), started by the one child runner
+(`runner.train`): one JSON line per step with the exact float32 loss, global norm, overflow flag and loss scale,
+then a SHA-256 digest of every trained parameter. It runs in a directory of its own, and reads the dataset the YAML
+names, resolved from the caller's working directory as a training run started there would read it (a
+`generated_dataset` is written there once and then shared by both runs). On CPU the memory-pool peak is read from
 MindSpore's exit report, as `estimate --measure` reads it.
 """
 
@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..child import run_owned
-from ..estimate.measure import ASCEND_PEAK, CPU_PEAK, child_environment, failure_summary, launcher_head
+from ..runner import ChildFailed, train
 
-
-class RunFailed(RuntimeError):
-    """A training child failed or wrote no record; the message says which config and why, in a few lines."""
+RunFailed = ChildFailed
+"""A training child failed or wrote no record (the runner's one error)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,23 +44,12 @@ def train_recorded(config: Path, *, steps: int, work: Path, runtime: str, datase
     digests and peak."""
     work.mkdir(parents=True, exist_ok=True)
     record = work / "steps.jsonl"
-    command = [*launcher_head(), "--config", str(config.resolve()), "--run_mode", "train", "--train_steps",
-               str(steps), "--output_dir", str(work / "output"), "--record_steps", str(record)]
-    if dataset is not None:
-        command += ["--train_dataset_dir", str(dataset)]
-    env = child_environment(runtime, work)
-    try:
-        done = run_owned(command, cwd=work, env=env, timeout=timeout)
-    except subprocess.TimeoutExpired as error:
-        raise RunFailed(f"training {config} did not finish within {timeout:.0f} s") from error
-    (work / "train.log").write_text(done.stdout or "")
-    if done.returncode != 0:
-        raise RunFailed(f"training {config} failed (exit {done.returncode}): {failure_summary(done.stdout or '')}; "
-                        f"its log: {work / 'train.log'}")
-    return _read(config, record, done.stdout or "", runtime)
+    run = train(config.resolve(), steps=steps, work=work, runtime=runtime, dataset=dataset, record=record,
+                timeout=timeout, log_file=work / "train.log")
+    return _read(config, record, run.peak_bytes)
 
 
-def _read(config: Path, record: Path, log: str, runtime: str) -> Run:
+def _read(config: Path, record: Path, peak: int | None) -> Run:
     try:
         lines = [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
     except (OSError, ValueError) as error:
@@ -74,6 +60,4 @@ def _read(config: Path, record: Path, log: str, runtime: str) -> Run:
     parameters = next((entry["parameters"] for entry in lines if "parameters" in entry), {})
     if not steps:
         raise RunFailed(f"training {config} recorded no step in {record}")
-    found = (CPU_PEAK if runtime == "cpu" else ASCEND_PEAK).findall(log)
-    peak = round(float(found[-1]) * 2**20) if found else None
     return Run(config=os.fspath(config), steps=steps, parameters=parameters, peak_bytes=peak)

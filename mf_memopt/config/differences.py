@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .errors import ConfigIssue
 from .plan import Plan
-from .source import Source
+from .source import KeyPath, Source
 
 OPTIONS = ("recompute_config",)
 MP_COMM = (*OPTIONS, "mp_comm_recompute")
@@ -77,6 +77,6 @@ def layers_text(layers: list[int]) -> str:
     return f"{len(layers)} layer{'s' if len(layers) != 1 else ''}"
 
 
-def note(source: Source, path: tuple[str, ...], rule: str, message: str) -> ConfigIssue:
+def note(source: Source, path: KeyPath, rule: str, message: str) -> ConfigIssue:
     """The note for documented difference `rule` (`REASONS`), at the key `path`; the families' own notes too."""
     return source.issue(path, f"differs from MindFormers [{rule}]: {message}", REASONS[rule], severity="note")

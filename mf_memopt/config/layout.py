@@ -133,9 +133,10 @@ def _laid_out(source: Source, keys: ModelKeys, num_layers: int) -> tuple[int, st
     """The layers the pipeline lays out, and how they are counted: the decoder layers, plus the layers a family
     lays out after them (a legacy DeepSeek-V3's `mtp_depth` MTP layers)."""
     counted = f"{keys.num_layers[-1]} ({num_layers})"
-    extra = source.get(keys.extra_layers) if keys.extra_layers is not None else None
-    if isinstance(extra, int) and not isinstance(extra, bool) and extra > 0:
-        return num_layers + extra, f"{counted} + {keys.extra_layers[-1]} ({extra})"
+    extra_key = keys.extra_layers
+    extra = source.get(extra_key) if extra_key is not None else None
+    if extra_key is not None and isinstance(extra, int) and not isinstance(extra, bool) and extra > 0:
+        return num_layers + extra, f"{counted} + {extra_key[-1]} ({extra})"
     return num_layers, counted
 
 

@@ -8,11 +8,12 @@ Every stage adds to one list of issues; errors are raised together at the end.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..models import family_of
+from ..models.family import ModelFamily
 from .checks import context_issues
 from .device import device_issues
 from .differences import differences
@@ -24,6 +25,26 @@ from .normalise import normalise
 from .plan import Plan
 from .schema import schema_issues
 from .source import KeyPath, Source, load_source
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Document:
+    """A YAML as the stages read it: the family is chosen here, once, and carried from here (and by the plan)."""
+
+    source: Source
+    """As written."""
+    family: ModelFamily
+    view: Source
+    """As the family reads it: its own spellings presented in the common one."""
+    spelling: tuple[ConfigIssue, ...]
+    """What is wrong with the family's own spellings."""
+
+
+def read_document(source: Source) -> Document:
+    """The document of a YAML: its family (the only place it is chosen) and the family's view of it."""
+    family = family_of(source)
+    view, spelling = family.view(source)
+    return Document(source=source, family=family, view=view, spelling=tuple(spelling))
 
 
 def load_plan(config: str | Path | Mapping[str, Any], *, strict: bool = False) -> Plan:
@@ -42,10 +63,10 @@ TRAIN_CONFIG_SECTIONS = ("training", "parallelism")
 
 def plan_source(source: Source, *, strict: bool = False) -> Plan:
     raise_if_errors(other_form_issues(source))
-    family = family_of(source)
-    source, spelled = family.view(source)
-    source, cast = integral_offsets(source, family.keys)
-    issues = [*source.warnings, *spelled, *cast, *schema_issues(source, family)]
+    document = read_document(source)
+    family = document.family
+    source, cast = integral_offsets(document.view, family.keys)
+    issues = [*source.warnings, *document.spelling, *cast, *schema_issues(source, family)]
     blocked = _blocker(issues)
     keys = family.keys
     layout_keys = (keys.num_layers, keys.interleave, keys.offset, PIPELINE_STAGE)

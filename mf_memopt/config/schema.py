@@ -17,13 +17,12 @@ from typing import Any
 from jsonschema import Draft202012Validator, ValidationError
 from jsonschema.validators import extend
 
-from ..models import FAMILIES
+from ..models import families
 from ..models.family import ModelFamily
 from .errors import ConfigIssue, did_you_mean, shown, unique
 from .source import Source
 
 SCHEMA_NAMES = ("training_layout", "recompute_config", "swap_config", "compress_config")   # every family's
-MODEL_SCHEMAS = tuple(dict.fromkeys(family.schema for family in FAMILIES))               # one per family
 _SHAPE_VALIDATORS = {"type", "const", "enum"}
 _CAPS = {"maxItems", "maxProperties", "maxLength"}
 
@@ -67,10 +66,16 @@ _CAPPED_KEYS = {"select_recompute", "select_comm_recompute", "select_recompute_e
                 "select_comm_recompute_exclude", "op_name", "layer_swap", "op_swap"}   # schema maxItems <= 256
 
 
+def model_schemas() -> tuple[str, ...]:
+    """The schemas of the families' model keys, one per family."""
+    return tuple(dict.fromkeys(family.schema for family in families()))
+
+
 @cache
 def _sections() -> frozenset[str]:
     """The top-level keys some schema describes (a schema added to SCHEMA_NAMES is covered at once)."""
-    return frozenset(key for name in (*SCHEMA_NAMES, *MODEL_SCHEMAS) for key in load_schema(name).get("properties", {}))
+    names = (*SCHEMA_NAMES, *model_schemas())
+    return frozenset(key for name in names for key in load_schema(name).get("properties", {}))
 
 
 class _Cut(list):

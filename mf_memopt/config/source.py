@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from .errors import ConfigError, ConfigIssue, key_path, shown
+from .errors import ConfigError, ConfigIssue, Severity, key_path, shown
 from .inherit import Document, Inheritance
 from .reading import decode, read_bytes
 from .yamlload import LimitExceeded, build, compose
@@ -93,7 +93,7 @@ class Source:
         return self.get(path, marker) is not marker
 
     def issue(self, path: KeyPath, message: str, hint: str | None = None, *,
-              severity: str = "error") -> ConfigIssue:
+              severity: Severity = "error") -> ConfigIssue:
         return ConfigIssue(file=self.file_of(path), line=self.line_of(path), path=key_path(self.written(path)),
                            message=message, hint=hint, severity=severity)
 

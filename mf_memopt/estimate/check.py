@@ -15,8 +15,8 @@ from pathlib import Path
 
 from ..config.device import device_of
 from ..config.errors import raise_if_errors
+from ..config.load import read_document
 from ..config.source import load_source
-from ..models import family_of
 from .core import Estimate, estimate_config
 from .measure import EXACT_ON_ASCEND, MeasureError, Measurement, measure_peak, reading_center
 from .transfer import Hardware
@@ -53,7 +53,7 @@ def check_backend(config: str | Path, runtime: str) -> None:
     """Refuse settings the backend cannot run, before the child compiles anything."""
     source = load_source(config)
     target = "CPU" if runtime == "cpu" else "Ascend"
-    raise_if_errors(family_of(source).backend_issues(source.get(("model", "model_config")), target, source))
+    raise_if_errors(read_document(source).family.backend_issues(source.get(("model", "model_config")), target, source))
 
 
 def compare(estimate: Estimate, measurement: Measurement) -> list[StageCheck]:

@@ -9,7 +9,7 @@ estimator matches each target's freed tensor by its role in the layer's inventor
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -27,8 +27,10 @@ class Target:
                                        # method): they are rebuilt in the backward instead
 
 
-class Compression:
-    """A family's compression targets and replacement cells; subclassed by each family."""
+@runtime_checkable
+class Compression(Protocol):
+    """A family's compression targets and replacement cells (a family's `compression` part); a family subclasses it
+    for the defaults."""
 
     targets: tuple[Target, ...] = ()
     example: str = ""               # a pattern naming a compressible cell, for hints

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config.errors import ConfigError, ConfigIssue
+from ..config.load import read_document
 from ..config.source import Source, load_source
-from ..models import family_of
 
 DATASET_DIR = ("train_dataset", "data_loader", "dataset_dir")
 GENERATED = ("generated_dataset",)
@@ -103,7 +103,7 @@ def token_spec(source: Source, *, path: str | Path | None = None, num_samples: i
     target = path if path is not None else source.get(DATASET_DIR)
     if not isinstance(target, (str, Path)) or not str(target):
         issues.append(source.issue(DATASET_DIR, "names no file to write", "set it, or pass --out PATH"))
-    family = family_of(source)
+    family = read_document(source).family
     keys = family.keys
     values = {"seq_length": _int(source, keys.seq_length, None, issues),
               "vocab_size": _int(source, keys.vocab_size, None, issues),

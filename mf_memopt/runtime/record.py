@@ -7,10 +7,10 @@ from typing import Any
 
 import yaml
 
+from ..config.load import read_document
 from ..config.source import Source
 from ..estimate.memory import stage_parameters
 from ..estimate.spec import ParallelSpec, optimizer_spec
-from ..models import family_of
 
 CHECKPOINT_MONITOR = "CheckpointMonitor"
 KEEP_DEFAULT = 5                         # MindFormers' CheckpointMonitor keeps 5 unless told otherwise
@@ -46,7 +46,7 @@ def checkpoints_kept(source: Source) -> int:
 
 def checkpoint_bytes(source: Source) -> int | None:
     """One checkpoint of the model: its parameters and its optimizer states; None when the family cannot size it."""
-    family = family_of(source)
+    family = read_document(source).family
     model = family.model_spec(source, [])
     if model is None:
         return None

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config.errors import ConfigIssue, did_you_mean
+from ..config.load import read_document
 from ..config.source import KeyPath, Source
-from ..models import family_of
 from .data import DATASET_DIR, GENERATED
 
 # (key path of a `type:`, MindFormers registry it names)
@@ -35,7 +35,7 @@ def training_issues(source: Source, *, device_target: str, use_parallel: bool,
                     dataset_dir: str | None = None) -> list[ConfigIssue]:
     """Everything the Trainer would trip over late, as ConfigIssues naming the key."""
     issues = registry_issues(source)
-    issues += family_of(source).backend_issues(source.get(("model", "model_config")), device_target, source)
+    issues += read_document(source).family.backend_issues(source.get(("model", "model_config")), device_target, source)
     issues += _dataset_issues(source, dataset_dir)
     if device_target == "CPU" and use_parallel:
         issues += _cpu_parallel_issues(source)

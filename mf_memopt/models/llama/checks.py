@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ...config.differences import OPTIONS, note
 from ...config.errors import ConfigIssue
 from ...config.source import KeyPath, Source
+from ...config.tree import RecordedCell
+from ..family import ConfigRules
+from .layers import layer_tree
 
 if TYPE_CHECKING:
     from ...config.plan import Plan
@@ -62,11 +66,43 @@ def swap_scope_issues(source: Source) -> list[ConfigIssue]:
 def model_notes(source: Source, plan: Plan) -> list[ConfigIssue]:
     """Where MindFormers' Llama marks more than LayerSetting: with flash attention off, its attention recomputes
     its score, mask and softmax operators whenever select_recompute is set (config.differences)."""
-    from ...config.differences import OPTIONS, note  # config.plan, which config.differences reads, reads models
-
     if not source.get((*OPTIONS, "select_recompute")) or source.get((*_MODEL, "use_flash_attention")):
         return []
     return [note(source, (*OPTIONS, "select_recompute"), "llama-attention-core",
                  "with select_recompute set and flash attention off, MindFormers' Llama attention recomputes its "
                  "score, mask and softmax operators in every layer; mf_memopt recomputes only what select_recompute "
                  "names")]
+
+
+_DEFAULT_SWAP = r".*\.flash_attention"
+_DEFAULT_COMM = r".*\.norm"
+# Hints for the patterns mf_memopt applies by default, when the model does not have their target.
+_PATTERN_HINTS = {
+    _DEFAULT_SWAP: "the default swap strategy swaps attention.flash_attention, which exists only with "
+                   "model.model_config.use_flash_attention: True; or list what to swap in op_swap",
+    _DEFAULT_COMM: "the default comm pattern names RmsNorm's fused `norm` operator, which exists only with "
+                   "model.model_config.fused_rms_norm: True (not on CPU); name the operators instead, "
+                   "e.g. 'attention_norm\\.mul2'",
+}
+
+
+class LlamaRules(ConfigRules):
+    """The Llama family's `rules` part."""
+
+    def model_issues(self, source: Source) -> list[ConfigIssue]:
+        return model_issues(source)
+
+    def model_notes(self, source: Source, plan: Plan) -> list[ConfigIssue]:
+        return model_notes(source, plan)
+
+    def swap_scope_issues(self, source: Source) -> list[ConfigIssue]:
+        return swap_scope_issues(source)
+
+    def layer_tree(self, source: Source) -> RecordedCell | None:
+        return layer_tree(source)
+
+    def pattern_hint(self, pattern: str) -> str | None:
+        return _PATTERN_HINTS.get(pattern)
+
+
+RULES = LlamaRules()

@@ -17,7 +17,7 @@ from mindspore import nn
 from mindspore.common import dtype as mstype
 from mindspore.ops import operations as P
 
-from ...apply import cells
+from ...config.tree import children, join
 
 MASK_VALUE = -10000.0  # what MindFormers' non-flash Llama attention adds to masked scores
 
@@ -86,7 +86,7 @@ def replace_flash_attention(model: Any) -> list[str]:
         _check_supported(path, flash)
         scale = flash.flash_attention.attrs.get("scale_value", 1.0)
         cell.flash_attention = CPUFlashAttention(flash.head_num, scale, flash.input_layout)
-        replaced.append(cells.join(path, "flash_attention"))
+        replaced.append(join(path, "flash_attention"))
     return replaced
 
 
@@ -97,7 +97,7 @@ def _cells_with_flash_attention(model: Any) -> list[tuple[str, Any]]:
         child = cell._cells.get("flash_attention")
         if child is not None and not isinstance(child, CPUFlashAttention):
             found.append((path, cell))
-        pending += [(cells.join(path, name), sub) for name, sub in cells.children(cell) if name != "flash_attention"]
+        pending += [(join(path, name), sub) for name, sub in children(cell) if name != "flash_attention"]
     return sorted(found, key=lambda item: item[0])
 
 

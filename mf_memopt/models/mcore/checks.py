@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ...config.differences import layers_text, note
 from ...config.errors import ConfigIssue
 from ...config.source import KeyPath, Source
-from .keys import ARCHITECTURES, MODEL, architecture, model_value
+from ...config.tree import RecordedCell
+from ..family import AutoCells, ConfigRules
+from .keys import ARCHITECTURES, MODEL, architecture, mcore_view, model_value
+from .layers import layer_tree
 
 if TYPE_CHECKING:
     from ...config.plan import Plan
@@ -153,8 +158,6 @@ def model_notes(source: Source, plan: Plan) -> list[ConfigIssue]:
     """Where mf_memopt's marks on an mcore model differ from MindFormers' (config.differences): a swap on an MoE
     model reaches the routers' shared gating activation only in the layers it names, and the default swap
     strategy offloads what MindFormers' default pattern cannot name."""
-    from ...config.differences import layers_text, note  # config.plan, which config.differences reads, reads models
-
     notes = []
     swapped = [layer.layer for layer in plan.layers if layer.layer_swap is not None or layer.op_swap]
     arch, _ = architecture(source)
@@ -169,3 +172,76 @@ def model_notes(source: Source, plan: Plan) -> list[ConfigIssue]:
                           f"the default swap strategy offloads `{default.pattern}` in every layer, where "
                           "MindFormers' swaps nothing"))
     return notes
+
+
+# MindFormers' own default patterns for mcore models (parallel_core/training_graph/transformer/utils.py)
+DEFAULT_SELECT = (r"mlp\.shared_experts\.mul", r"mlp\.shared_experts\.activation_func\.silu", r"mlp\.mul",
+                  r"mlp\.activation_func\.silu")
+DEFAULT_COMM = r".*\.norm"
+# MindFormers' default swap pattern is `.*\.flash_attention`, which names nothing in an mcore layer (the primitive
+# is one level deeper). mf_memopt's default strategy swaps what it means: the flash attention's output.
+DEFAULT_SWAP = r"self_attention\.core_attention\.flash_attention"
+_MOE_HINT = ("an MoE layer's mlp is MindFormers' MoELayer (router, experts): name mlp.experts, mlp.router or mlp "
+             "(the experts' activation is mlp.experts.swiglu)")
+_PATTERN_HINTS = {
+    r"mlp\.mul": "MindFormers' default pattern mlp\\.mul names MLPInterleaved's `mul`, which a SwiGlu MLP never "
+                 "runs (SwiGlu multiplies in its own mlp.activation_func.mul); " + _MOE_HINT,
+    r"mlp\.activation_func\.silu": "the default pattern names a dense MLP's SiLU; " + _MOE_HINT,
+    r"mlp\.shared_experts\.mul": "the default shared-experts patterns name cells only MoE models with shared "
+                                 "experts have",
+    r"mlp\.shared_experts\.activation_func\.silu": "the default shared-experts patterns name cells only MoE models "
+                                                   "with shared experts have",
+    DEFAULT_COMM: "the default comm pattern names a `norm` operator: an mcore layer's FusedRMSNorm cells hold one "
+                  "(input_layernorm.norm, ...)",
+}
+
+
+_AUTO_CELLS = AutoCells(select=("mlp", "self_attention"), swap=("self_attention", "mlp"),
+                        attention_prefix="self_attention.")
+# an MoE layer: the experts alone (their activations are most of the block's), the whole block, the attention
+_MOE_AUTO_CELLS = AutoCells(select=("mlp", "self_attention", r"mlp\.experts"), swap=("self_attention", "mlp"),
+                            attention_prefix="self_attention.")
+
+
+class McoreRules(ConfigRules):
+    """The mcore family's `rules` part."""
+
+    def view(self, source: Source) -> tuple[Source, list[ConfigIssue]]:
+        return mcore_view(source)
+
+    def auto_cells_for(self, source: Source) -> AutoCells | None:
+        """An MoE model's cells: the MoE block, the attention, the experts, and the shared experts where it has
+        them. Not offered: the router (recomputing it saves nothing: its input is kept for the experts, measured
+        on the tiny Qwen3-MoE) and the projections of a multi-latent attention (their outputs are not kept for
+        the backward, so recomputing one saves nothing; the attention cell as a whole is offered)."""
+        view = mcore_view(source)[0]
+        arch, _ = architecture(view)
+        if arch is None or not arch.moe:
+            return None
+        if (model_value(view, "n_shared_experts") or 0) > 0:
+            return replace(_MOE_AUTO_CELLS, select=(*_MOE_AUTO_CELLS.select, r"mlp\.shared_experts"))
+        return _MOE_AUTO_CELLS
+
+    def model_issues(self, source: Source) -> list[ConfigIssue]:
+        return model_issues(source)
+
+    def model_notes(self, source: Source, plan: Plan) -> list[ConfigIssue]:
+        return model_notes(source, plan)
+
+    def swap_scope_issues(self, source: Source) -> list[ConfigIssue]:
+        return swap_scope_issues(source)
+
+    def layer_tree(self, source: Source) -> RecordedCell | None:
+        return layer_tree(source)
+
+    def pattern_hint(self, pattern: str) -> str | None:
+        return _PATTERN_HINTS.get(pattern)
+
+    def default_note(self, pattern: str) -> str | None:
+        if pattern == r"mlp\.mul":
+            return ("names MLPInterleaved's `mul`, which a SwiGlu MLP never runs (SwiGlu multiplies in "
+                    "mlp.activation_func.mul): it recomputes nothing")
+        return None
+
+
+RULES = McoreRules()
