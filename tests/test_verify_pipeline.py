@@ -209,3 +209,19 @@ def test_interleaved_stages_with_offsets_and_the_mtp_layer_on_the_last(tmp_path)
     checks, _ = pipeline.check_ranks(plan, ir_dir, report_dir, 2)
     assert [(check.label, check.disagreements[:1]) for check in checks if check.disagreements] == [
         ("mtp.0", ["the graph has no operator of this layer"])]
+
+
+def test_verify_needs_a_device_on_this_node_for_every_rank(tmp_path, monkeypatch):
+    from mindspore import hal
+
+    from mf_memopt.config.source import load_source
+
+    config = _yaml(tmp_path, "671b.yaml", "deepseek3_tiny.yaml", parallel_config__data_parallel=4,
+                   parallel_config__model_parallel=8, parallel_config__pipeline_stage=8)
+    assert pipeline.workers_of(load_source(config)) == 256
+    monkeypatch.setattr(hal, "device_count", lambda target: 8)
+    with pytest.raises(LaunchError, match=r"^x.yaml: the layout needs 256 devices \(data_parallel x model_parallel x "
+                                          r"context_parallel x pipeline_stage\) and verify runs every rank on this "
+                                          r"node, which has 8 Ascend devices$"):
+        pipeline.require_devices(Device(target="Ascend", written=True), 256, "x.yaml")
+    pipeline.require_devices(Device(target="Ascend", written=True), 8, "x.yaml")
