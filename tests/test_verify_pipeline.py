@@ -225,3 +225,20 @@ def test_verify_needs_a_device_on_this_node_for_every_rank(tmp_path, monkeypatch
                                           r"node, which has 8 Ascend devices$"):
         pipeline.require_devices(Device(target="Ascend", written=True), 256, "x.yaml")
     pipeline.require_devices(Device(target="Ascend", written=True), 8, "x.yaml")
+
+
+def test_a_rank_worker_that_stops_is_one_line_with_its_reason(tmp_path):
+    """The worker is the launcher's run: a YAML error stops it, and verify says which worker and why."""
+    data = yaml.safe_load((ROOT / "configs" / "llama_tiny.yaml").read_text())
+    data.pop("generated_dataset")
+    data["train_dataset"]["data_loader"]["dataset_dir"] = str(tmp_path / "missing.mindrecord")
+    config = tmp_path / "bad.yaml"
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(LaunchError) as stopped:
+        pipeline.compile_ranks(config, tmp_path / "ir", tmp_path / "reports", 2)
+    message = str(stopped.value)
+    assert "\n" not in message and "Traceback" not in message
+    assert message.startswith(f"{config}: compiling the pipeline stages under msrun failed: worker_")
+    assert message.endswith(f"train_dataset.data_loader.dataset_dir: {tmp_path / 'missing.mindrecord'} does not "
+                            f"exist (this path) (write a token file there with `python -m mf_memopt.data {config}`, "
+                            "or add `generated_dataset: {num_samples: 32, seed: 0}` to have the launcher write it)")

@@ -20,6 +20,7 @@ from pathlib import Path
 from ..child import run_owned
 from ..config.errors import ConfigError, ConfigIssue
 from ..config.load import load_plan
+from ..config.plan import Plan
 from ..config.source import load_source
 from ..runtime.device import preflight_compile
 from .ir import find_validate_ir
@@ -69,21 +70,28 @@ def verify(config: str | Path, *, ir_dir: str | Path | None = None) -> VerifyRes
         require_devices(device, workers, str(config))
     with tempfile.TemporaryDirectory(prefix="mf_memopt_verify_") as scratch:
         directory = Path(ir_dir) if ir_dir else Path(scratch) / "ir"
-        began = time.perf_counter()
         if workers > 1:
-            compile_ranks(config, directory, Path(scratch) / "reports", workers)
-            seconds = time.perf_counter() - began
-            layers, ranks = check_ranks(plan, directory, Path(scratch) / "reports", workers)
-            return VerifyResult(config=str(config), ir_path=str(directory) if ir_dir else "(removed)",
-                                nodes=sum(graph.nodes for graph in ranks), seconds=round(seconds, 1),
-                                layers=layers, ranks=ranks)
+            return _verify_ranks(config, plan, directory, Path(scratch) / "reports", workers, kept=bool(ir_dir))
         report_path = Path(scratch) / "apply_report.json"
+        began = time.perf_counter()
         _compile(config, directory, report_path)
         seconds = time.perf_counter() - began
         ir_path = find_validate_ir(directory)
         layers, nodes = check_graph(json.loads(report_path.read_text()), ir_path, plan)
     return VerifyResult(config=str(config), ir_path=str(ir_path) if ir_dir else "(removed)", nodes=nodes,
                         seconds=round(seconds, 1), layers=layers)
+
+
+def _verify_ranks(config: str | Path, plan: Plan, directory: Path, reports: Path, workers: int, *,
+                  kept: bool) -> VerifyResult:
+    """A pipeline config: every rank compiled under msrun, each layer checked on the ranks of its stage."""
+    began = time.perf_counter()
+    compile_ranks(config, directory, reports, workers)
+    seconds = time.perf_counter() - began
+    layers, ranks = check_ranks(plan, directory, reports, workers)
+    return VerifyResult(config=str(config), ir_path=str(directory) if kept else "(removed)",
+                        nodes=sum(graph.nodes for graph in ranks), seconds=round(seconds, 1), layers=layers,
+                        ranks=ranks)
 
 
 def _compile(config: str | Path, directory: Path, report: Path) -> None:

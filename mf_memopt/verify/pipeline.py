@@ -121,9 +121,9 @@ def _failure(logs: Path, workers: int) -> str:
     texts = {path: path.read_text(errors="replace") for path in paths if path.is_file()}
     if not texts:
         return f"msrun wrote no worker log under {logs}"
-    path = next((path for path, text in texts.items() if "Error" in text), next(iter(texts)))
-    tail = " | ".join(line.strip() for line in texts[path].strip().splitlines()[-5:])
-    return f"{path.name}: {tail}"
+    path = next((path for path, text in texts.items() if "Error" in text or "error" in text), next(iter(texts)))
+    tail = " | ".join(line.strip() for line in texts[path].strip().splitlines()[-2:])
+    return f"{path.name} ends: {tail}"
 
 
 def _free_port() -> int:

@@ -71,5 +71,19 @@ def overrides_for(config: str, report: Path, *, ranks: bool) -> Overrides:
     return Overrides(use_parallel=ranks, output_dir=str(scratch), train_dataset_dir=dataset)
 
 
+def _run(argv: list[str]) -> int:
+    """`main`, with what stops the run (the YAML's errors, the machine's) said without a traceback."""
+    from ..config.errors import ConfigError
+    from ..runtime.errors import LaunchError
+
+    try:
+        return main(argv)
+    except ConfigError as error:
+        print(error.render(), file=sys.stderr)
+    except LaunchError as error:
+        print(error, file=sys.stderr)
+    return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(_run(sys.argv[1:]))
