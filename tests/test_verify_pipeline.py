@@ -162,6 +162,8 @@ def test_verify_reports_each_stage_in_text_and_json(llama, tmp_path, monkeypatch
     graph.write_text(graph.read_text().replace("offload: Bool(1)", "offload: Bool(0)"))
     assert _cli(monkeypatch, llama, laid_out) == 1
     text = capsys.readouterr().out.splitlines()
+    assert text[0].startswith(f"{llama['config']}: compiled the training graphs of 2 ranks under msrun without "
+                              "running them in ")
     assert text[1].split() == ["stage", "rank", "layer", "recompute", "(plan)", "recompute", "copies", "offloaded",
                                "ops", "by", "prefetch", "comm", "ops", "rule-2", "agrees"]
     assert text[5].split()[:3] == ["1", "1", "3"] and text[5].split()[-1] == "no"

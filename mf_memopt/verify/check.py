@@ -107,7 +107,8 @@ def _compile(config: str | Path, directory: Path, report: Path) -> None:
 def verify_table(result: VerifyResult) -> str:
     staged = bool(result.ranks)
     what = (f"the training graphs of {len(result.ranks)} ranks under msrun" if staged else "the training graph")
-    lines = [f"{result.config}: compiled {what} without running it in {result.seconds} s ({result.nodes} IR nodes)"]
+    lines = [f"{result.config}: compiled {what} without running {'them' if staged else 'it'} in {result.seconds} s "
+             f"({result.nodes} IR nodes)"]
     rows = [["layer", "recompute (plan)", "recompute copies", "offloaded ops by prefetch", "comm ops", "rule-2",
              "agrees"]]
     compressing = any(check.compressed for check in result.layers)
