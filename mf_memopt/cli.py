@@ -228,7 +228,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from .verify.marks import verify, verify_table
+    from .verify.check import verify, verify_table
 
     result = verify(args.config, ir_dir=args.ir_dir)
     print(json.dumps(result.to_dict(), indent=2) if args.json else verify_table(result))

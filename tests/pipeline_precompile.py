@@ -8,11 +8,17 @@ MindFormers' Trainer take their Ascend branches (`build_for="Ascend"`: no CPU st
 pipeline stages and initialises the communication as msrun's workers do; the Trainer then wraps the model,
 builds the dataset and enters `_CellGraphExecutor.compile`, which this worker intercepts: what it was handed
 is written as JSON to OUT_DIR/rank_<r>.json, and nothing is compiled.
+
+It is also the rank worker of `verify` on a pipeline config (`mf_memopt.verify.precompile ... --ranks`) up to the
+same point: the test starts it with verify's msrun command and environment, and the worker takes its report file,
+its IR directory and the launcher's overrides from verify's worker (`rank_outputs`, `overrides_for`), writing its
+apply report where verify reads it (OUT_DIR/reports/rank_<r>.json).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -22,20 +28,26 @@ class CompileReached(Exception):
 
 
 def main(config: str, out: str) -> int:
+    from mf_memopt.verify.precompile import SAVE_GRAPHS_PATH, overrides_for, rank_outputs
+
+    report_path = rank_outputs(Path(out) / "reports")        # before MindSpore is imported, as verify's worker
+    overrides = overrides_for(config, report_path, ranks=True)
+
     from mindspore.common.api import _CellGraphExecutor
+    from mindspore.parallel._utils import _get_global_rank, _get_stage_device_num
 
     from mf_memopt.apply.execute import find_layers
     from mf_memopt.config.load import plan_source
     from mf_memopt.config.source import load_source
-    from mf_memopt.runtime.environment import configure_logging, point_mindformers_at
-    from mf_memopt.runtime.session import Overrides, assemble, stage_line
+    from mf_memopt.runtime.environment import configure_logging
+    from mf_memopt.runtime.session import assemble, stage_line
     from mf_memopt.runtime.train import train
 
-    point_mindformers_at(Path(out))
     configure_logging()
     source = load_source(config)
     plan = plan_source(source)
-    session = assemble(source, plan, Overrides(use_parallel=True, output_dir=out), build_for="Ascend")
+    session = assemble(source, plan, overrides, build_for="Ascend")
+    report_path.write_text(session.report.to_json() + "\n")
     run, mf_config = session.run, session.config
     layers = find_layers(session.network, plan)
     followers = plan.family.follower_layers(session.network)          # the MTP layers
@@ -61,7 +73,10 @@ def main(config: str, out: str) -> int:
               "pipeline_stage": [int(layer.pipeline_stage) for layer in layers],
               "follower_stage": [int(layer.pipeline_stage) for layer in followers],
               "layer_recompute": [bool(layer._has_config_recompute) for layer in layers],
-              "report": json.loads(session.report.to_json())}
+              "report": json.loads(session.report.to_json()),
+              "report_path": str(report_path), "save_graphs_path": os.environ[SAVE_GRAPHS_PATH],
+              # MindSpore's own stage of this rank under the parallel context build_context set
+              "mindspore_stage": _get_global_rank() // _get_stage_device_num()}
     Path(out, f"rank_{run.rank}.json").write_text(json.dumps(result, indent=1))
     return 0
 

@@ -3,34 +3,29 @@
 MindSpore's CPU backend cannot compile pipeline parallelism, so two msrun workers on CPU run
 `pipeline_precompile.py`: MindFormers' build_context (semi-auto parallel, the YAML's stages), the model built
 with MindFormers' stage assignment and its recompute/swap off, mf_memopt's plan applied, MindFormers' Trainer
-(its pipeline cell, micro-batches, wrapper and dataset), stopped where MindSpore would compile. The test reads
-what each worker would have compiled.
+(its pipeline cell, micro-batches, wrapper and dataset), stopped where MindSpore would compile. The workers are
+started as `verify` starts its rank workers (its msrun command and environment). The test reads what each worker
+would have compiled, and what verify would read from it.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from mf_memopt.config.load import load_plan
+from mf_memopt.runtime.session import stage_of
+from mf_memopt.verify.pipeline import compile_env, msrun_command, stage_layers
 
 pytestmark = pytest.mark.mindspore
 
 ROOT = Path(__file__).resolve().parents[1]
 HARNESS = ROOT / "tests" / "pipeline_precompile.py"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _llama_pp2(tmp_path: Path) -> Path:
@@ -67,18 +62,31 @@ def _deepseek_pp2_interleaved(tmp_path: Path, scheduler: str) -> Path:
 
 
 def _run_workers(config: Path, tmp_path: Path) -> list[dict]:
-    env = {**os.environ, "GLOG_v": "3", "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    """The two workers, started with verify's msrun command and environment (its IR directory: tmp_path/ir)."""
+    env = {**compile_env(tmp_path / "ir"), "GLOG_v": "3",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
     out = tmp_path / "out"
     out.mkdir()
-    done = subprocess.run(["msrun", "--worker_num=2", "--local_worker_num=2", f"--master_port={_free_port()}",
-                           f"--log_dir={tmp_path / 'msrun'}", "--join=True", "--cluster_time_out=300", str(HARNESS),
-                           str(config), str(out)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    command = msrun_command(2, tmp_path / "msrun", ["python", str(HARNESS), str(config), str(out)])
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     logs = "".join((tmp_path / "msrun" / f"worker_{rank}.log").read_text()[-3000:] for rank in (0, 1)
                    if (tmp_path / "msrun" / f"worker_{rank}.log").exists())
     assert done.returncode == 0, done.stdout[-2000:] + logs
     return [{**json.loads((out / f"rank_{rank}.json").read_text()),
              "worker_log": (tmp_path / "msrun" / f"worker_{rank}.log").read_text()} for rank in (0, 1)]
+
+
+def _what_verify_reads(worker: dict, plan, tmp_path: Path) -> None:
+    """Each rank saves its IR in its own directory and writes its apply report where verify reads it; the stage
+    verify checks in that rank's graph is MindSpore's stage of the rank, and its layers are the ones MindFormers
+    put on that stage."""
+    rank = worker["rank"]
+    assert worker["save_graphs_path"] == str((tmp_path / "ir" / f"rank_{rank}").resolve())
+    assert worker["report_path"] == str(tmp_path / "out" / "reports" / f"rank_{rank}.json")
+    assert json.loads(Path(worker["report_path"]).read_text()) == worker["report"]
+    stage = stage_of(rank, worker["world_size"], plan.layout.stages)
+    assert stage == worker["mindspore_stage"] == rank
+    assert stage_layers(plan, stage) == [layer for layer, held in enumerate(worker["pipeline_stage"]) if held == stage]
 
 
 def test_a_llama_pipeline_config_reaches_the_compile_as_mindformers_builds_it(tmp_path):
@@ -89,6 +97,7 @@ def test_a_llama_pipeline_config_reaches_the_compile_as_mindformers_builds_it(tm
     assert stages == [0, 0, 1, 1]
     for rank, worker in enumerate(workers):
         assert worker["reached_compile"] and (worker["rank"], worker["world_size"]) == (rank, 2)
+        _what_verify_reads(worker, plan, tmp_path)
         # MindFormers' Trainer: its pipeline wrapper, the pipeline cell with 2 micro-batches, around the model
         assert [(cell["type"], cell["micro_size"]) for cell in worker["cells"]] == [
             ("MFPipelineWithLossScaleCell", 2), ("_VirtualDatasetCell", None), ("PipelineCell", 2),
@@ -120,6 +129,7 @@ def test_an_interleaved_deepseek_v3_with_offsets_and_mtp_reaches_the_compile(tmp
     assert stages == [0, 0, 1, 0, 1]              # chunk 0: 2 + 1 layers, chunk 1: 1 + 1 (the offsets)
     for rank, worker in enumerate(workers):
         assert worker["reached_compile"]
+        _what_verify_reads(worker, plan, tmp_path)
         assert [(cell["type"], cell["micro_size"]) for cell in worker["cells"]] == [
             ("MFPipelineWithLossScaleCell", 2), ("_VirtualDatasetCell", None), ("PipelineCellWithMultiOutputs", 2),
             ("DataOrderWrapperCell", None), ("TrainingDeepseekV3ForCausalLM", None)]

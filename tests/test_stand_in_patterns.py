@@ -79,7 +79,7 @@ def test_the_tiny_deepseek3_with_the_default_comm_pattern_trains_on_cpu(tmp_path
 
 def test_verify_finds_the_comm_marks_on_the_stand_ins_operators(tmp_path):
     """The compiled graph has the mark on every operator inside each norm stand-in, and `verify` agrees."""
-    from mf_memopt.verify.marks import verify
+    from mf_memopt.verify.check import verify
 
     data = yaml.safe_load((ROOT / "configs" / "deepseek3_tiny.yaml").read_text())
     data["recompute_config"] = {"recompute": False, "select_recompute": False, "select_comm_recompute": True}

@@ -118,11 +118,16 @@ def stage_line(layout: Layout, rank: int, world_size: int) -> str:
     """Which pipeline stage this worker compiles, and its layers. MindSpore gives rank r the stage
     r // (world_size / stages); every worker builds and marks every layer, as MindFormers' LayerSetting does, and
     the compile keeps the stage's."""
-    stage = rank // max(world_size // layout.stages, 1)
+    stage = stage_of(rank, world_size, layout.stages)
     layers = [layer for layer in range(layout.num_layers) if layout.position(layer)[0] == stage]
     return (f"pipeline stage {stage} of {layout.stages} on rank {rank} of {world_size}: layers "
             f"{', '.join(map(str, layers))} (every layer is marked and logged below, as MindFormers' workers do; "
             "this worker compiles these)")
+
+
+def stage_of(rank: int, world_size: int, stages: int) -> int:
+    """The pipeline stage MindSpore gives rank `rank` of `world_size`: ranks are split into `stages` equal blocks."""
+    return rank // max(world_size // stages, 1)
 
 
 def _parallel(source: Source, overrides: Overrides) -> bool:

@@ -1,5 +1,5 @@
 """The verify stage: compile the training graph and check that its marks are the plan's."""
 
-from .marks import VerifyResult, verify, verify_table
+from .check import VerifyResult, verify, verify_table
 
 __all__ = ["VerifyResult", "verify", "verify_table"]

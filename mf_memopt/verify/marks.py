@@ -1,8 +1,4 @@
-"""`verify`: does the compiled training graph carry exactly the marks the plan asked for?
-
-The training graph is compiled without running (MS_DEV_PRECOMPILE_ONLY) in a child process
-that builds and applies exactly as the launcher does, and its IR is compared, layer by
-layer, with the apply report:
+"""The marks of a compiled graph against the apply report, layer by layer.
 
 - every offload, recompute and recompute_comm_op mark in the IR was set by the plan, with
   the same backward_prefetch, and every rule left at least one mark in the graph;
@@ -15,24 +11,15 @@ layer, with the apply report:
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import tempfile
-import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Collection
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..child import run_owned
-from ..config.errors import ConfigError, ConfigIssue
-from ..config.load import load_plan
-from ..runtime.device import preflight_compile
+from ..config.plan import Plan
 from .compression import check_compression
-from .ir import Graph, Node, find_validate_ir, read_ir
+from .ir import Graph, Node, read_ir
 
-COMPILE_ENV = {"MS_DEV_PRECOMPILE_ONLY": "1", "MS_DEV_SAVE_GRAPHS": "1", "MS_DEV_DUMP_IR_PASSES": "validate",
-               "GLOG_v": "3"}
 _NOT_CONSUMERS = {"UpdateState", "Load", "Return"}
 
 
@@ -48,64 +35,12 @@ class LayerCheck:
     rule2: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     compressed: list[str] = field(default_factory=list)   # cells whose backward reads only a compressed copy
+    stage: int | None = None                               # a pipeline config's: the stage holding the layer
+    rank: int | None = None                                # ... and the rank whose graph was read
 
     @property
     def label(self) -> str:
         return self.name or str(self.layer)
-
-
-@dataclass
-class VerifyResult:
-    config: str
-    ir_path: str
-    nodes: int
-    seconds: float
-    layers: list[LayerCheck]
-
-    @property
-    def agrees(self) -> bool:
-        return not any(layer.disagreements for layer in self.layers)
-
-    @property
-    def rule2(self) -> list[str]:
-        return [item for layer in self.layers for item in layer.rule2]
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "agrees": self.agrees}
-
-
-def verify(config: str | Path, *, ir_dir: str | Path | None = None) -> VerifyResult:
-    plan = load_plan(config)
-    preflight_compile(config, plan)             # before the child compiles or writes anything
-    with tempfile.TemporaryDirectory(prefix="mf_memopt_verify_") as scratch:
-        directory = Path(ir_dir) if ir_dir else Path(scratch) / "ir"
-        report_path = Path(scratch) / "apply_report.json"
-        began = time.perf_counter()
-        _compile(config, directory, report_path)
-        seconds = time.perf_counter() - began
-        report = json.loads(report_path.read_text())
-        ir_path = find_validate_ir(directory)
-        graph = read_ir(ir_path, plan.family.ir_layer_scope)
-        follower_report, followers = _followers(report)
-        follower_graph = read_ir(ir_path, plan.family.ir_follower_scope) if followers else None
-    layers = compare(_decoder(report), graph, plan.num_layers, plan.family.compression.scopes)
-    if follower_graph is not None:
-        layers += [replace(check, layer=plan.num_layers + check.layer, name=f"mtp.{check.layer}",
-                           rule2=[item.replace(f"layer {check.layer}:", f"layer mtp.{check.layer}:", 1)
-                                  for item in check.rule2])
-                   for check in compare(follower_report, follower_graph, followers, plan.family.compression.scopes)]
-    return VerifyResult(config=str(config), ir_path=str(ir_path) if ir_dir else "(removed)", nodes=len(graph.nodes),
-                        seconds=round(seconds, 1), layers=layers)
-
-
-def _compile(config: str | Path, directory: Path, report: Path) -> None:
-    env = {**os.environ, **COMPILE_ENV, "MS_DEV_SAVE_GRAPHS_PATH": str(directory)}
-    done = run_owned([sys.executable, "-m", "mf_memopt.verify.precompile", str(config), str(report)],
-                     cwd=os.getcwd(), env=env, merge_output=False)
-    if done.returncode != 0:
-        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
-        raise ConfigError([ConfigIssue(file=str(config), line=None, path="",
-                                       message=f"compiling the training graph failed:\n{tail}")])
 
 
 _FOLLOWER = "mtp.layers."
@@ -129,16 +64,40 @@ def _followers(report: dict) -> tuple[dict, int]:
     return {**report, **followed, "compressed": []}, count
 
 
-def compare(report: dict, graph: Graph, num_layers: int, scopes: dict[str, str] | None = None) -> list[LayerCheck]:
+def check_graph(report: dict, ir_path: str | Path, plan: Plan, *, only: Collection[int] | None = None,
+                followers: bool = True) -> tuple[list[LayerCheck], int]:
+    """The checks of one compiled graph (its decoder layers, or `only` these, and with `followers` the MTP layers,
+    named `mtp.N`), and how many nodes it has. With `only` (a pipeline stage's graph), a layer the graph has no
+    operator of disagrees."""
+    scopes = plan.family.compression.scopes
+    graph = read_ir(ir_path, plan.family.ir_layer_scope)
+    checks = compare(_decoder(report), graph, plan.num_layers, scopes, only=only)
+    follower_report, count = _followers(report)
+    if followers and count:
+        graph_of_followers = read_ir(ir_path, plan.family.ir_follower_scope)
+        checks += [replace(check, layer=plan.num_layers + check.layer, name=f"mtp.{check.layer}",
+                           rule2=[item.replace(f"layer {check.layer}:", f"layer mtp.{check.layer}:", 1)
+                                  for item in check.rule2])
+                   for check in compare(follower_report, graph_of_followers, count, scopes,
+                                        only=None if only is None else range(count))]
+    return checks, len(graph.nodes)
+
+
+def compare(report: dict, graph: Graph, num_layers: int, scopes: dict[str, str] | None = None, *,
+            only: Collection[int] | None = None) -> list[LayerCheck]:
     """Layer by layer, the marks of the graph against the apply report; `scopes` are the family's compressed cells
-    (`Compression.scopes`)."""
+    (`Compression.scopes`); `only`: the layers to check (a pipeline stage's), else all."""
     expected, planned = _expected(report), _expected({"set": report["set"]})
     consumers = graph.users()
     everything = {(node.graph, node.ref): node for node in graph.nodes}
     checks = []
     for layer in range(num_layers):
+        if only is not None and layer not in only:
+            continue
         check = LayerCheck(layer=layer)
         nodes = graph.forward(layer)
+        if only is not None and not nodes:
+            check.disagreements.append("the graph has no operator of this layer")
         want = expected[layer]
         check.recompute = ["layer" if path == "" else path for path in sorted(want["recompute_cell"])]
         check.recompute += sorted(path for path, on in planned[layer]["recompute"].items() if on)
@@ -331,29 +290,3 @@ def _label(node: Node) -> str:
 
 def _under(path: str, cell: str) -> bool:
     return cell == "" or path == cell or path.startswith(cell + ".")
-
-
-def verify_table(result: VerifyResult) -> str:
-    lines = [f"{result.config}: compiled the training graph without running it in {result.seconds} s "
-             f"({result.nodes} IR nodes)"]
-    rows = [["layer", "recompute (plan)", "recompute copies", "offloaded ops by prefetch", "comm ops", "rule-2",
-             "agrees"]]
-    compressing = any(check.compressed for check in result.layers)
-    if compressing:
-        rows[0].insert(-1, "compressed (backward reads only the copy)")
-    for check in result.layers:
-        offload = ", ".join(f"{count} @ {prefetch}" for prefetch, count in sorted(check.offloaded.items())) or "-"
-        rows.append([check.label, ", ".join(check.recompute) or "-", str(check.copies), offload,
-                     str(check.comm or "-"), str(len(check.rule2) or "-"), "no" if check.disagreements else "yes"])
-        if compressing:
-            rows[-1].insert(-1, ", ".join(check.compressed) or "-")
-    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
-    for check in result.layers:
-        lines += [f"disagreement: layer {check.label}: {item}" for item in check.disagreements]
-        lines += [f"conflict: {item}" for item in check.rule2]
-        lines += [f"note: layer {check.label}: {item}" for item in check.notes]
-    verdict = ("the compiled graph agrees with the plan" if result.agrees
-               else "the compiled graph DISAGREES with the plan")
-    lines.append(f"{verdict}; {len(result.rule2)} rule-2 conflict(s)")
-    return "\n".join(lines)
