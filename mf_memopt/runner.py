@@ -1,7 +1,8 @@
 """One way to run a child: train a YAML with the launcher, or compile its training graph, in a child process the
 command owns (`child.run_owned`: a stopped command ends its child), and read back a typed record.
 
-`estimate --measure` and `compare` train through `train`; a failed, timed-out or silent child raises `ChildFailed`,
+`estimate --measure` and `compare` train through `train`; `verify` compiles through `compile_graph`, and a
+pipeline config's ranks under msrun through `compile_ranks`. A failed, timed-out or silent child raises `ChildFailed`,
 whose message names the config and the child's own error lines, never its whole traceback.
 
 A training child is the project's launcher (`run_mindformer_memopt.py --config X --run_mode train --train_steps N
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -25,7 +27,8 @@ from .config.source import load_source
 from .estimate.pool_log import ALLOCATION_LOG_LEVELS, CPU_PEAK
 from .runtime.data import DATASET_DIR, GENERATED
 
-__all__ = ["ASCEND_PEAK", "CPU_PEAK", "ChildFailed", "ChildRun", "compile_graph", "train"]
+__all__ = ["ASCEND_PEAK", "CPU_PEAK", "ChildFailed", "ChildRun", "compile_graph", "compile_ranks", "msrun_command",
+           "train"]
 
 ASCEND_PEAK = re.compile(r"[Aa]ctual peak memory usage[^0-9]*([0-9.]+)\s*M")
 LAUNCHER = Path(__file__).resolve().parents[1] / "run_mindformer_memopt.py"
@@ -95,6 +98,45 @@ def compile_graph(config: Path, *, report: Path, env: Mapping[str, str], timeout
     if done.returncode != 0:
         raise ChildFailed("compiling the training graph failed:\n" + _tail((done.stderr or done.stdout).strip(), 15))
     return ChildRun(config=config, log=done.stdout or "")
+
+
+def compile_ranks(config: Path, *, reports: Path, env: Mapping[str, str], workers: int, worker: list[str],
+                  timeout: float | None = None) -> ChildRun:
+    """Compile `config` on `workers` ranks under msrun, in this process's directory: each rank runs `worker` (which
+    writes its apply report below `reports`) and msrun writes each rank's log to `reports`/msrun/worker_<r>.log;
+    `env` is the workers' whole environment. A failure names the first worker log that reports an error."""
+    reports.mkdir(parents=True, exist_ok=True)
+    logs = reports / "msrun"
+    try:
+        done = run_owned(msrun_command(workers, logs, worker), cwd=os.getcwd(), env=dict(env), timeout=timeout)
+    except subprocess.TimeoutExpired as error:
+        raise ChildFailed(f"compiling {config} on {workers} ranks did not finish within {timeout:.0f} s") from error
+    if done.returncode != 0:
+        raise ChildFailed(f"compiling the pipeline stages under msrun failed: {_msrun_failure(logs, workers)}")
+    return ChildRun(config=config, log=done.stdout or "")
+
+
+def msrun_command(workers: int, logs: Path, worker: list[str]) -> list[str]:
+    """msrun with `workers` local workers running `worker` (each writes `logs`/worker_<r>.log)."""
+    return ["msrun", f"--worker_num={workers}", f"--local_worker_num={workers}", f"--master_port={_free_port()}",
+            f"--log_dir={logs}", "--join=True", "--cluster_time_out=600", *worker]
+
+
+def _msrun_failure(logs: Path, workers: int) -> str:
+    """The last lines of the first worker log that names an error (else of worker 0's)."""
+    paths = [logs / f"worker_{rank}.log" for rank in range(workers)]
+    texts = {path: path.read_text(errors="replace") for path in paths if path.is_file()}
+    if not texts:
+        return f"msrun wrote no worker log under {logs}"
+    path = next((path for path, text in texts.items() if "Error" in text or "error" in text), next(iter(texts)))
+    tail = " | ".join(line.strip() for line in texts[path].strip().splitlines()[-2:])
+    return f"{path.name} ends: {tail}"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def launcher_head() -> list[str]:

@@ -19,8 +19,9 @@ import pytest
 import yaml
 
 from mf_memopt.config.load import load_plan
+from mf_memopt.runner import msrun_command
 from mf_memopt.runtime.session import stage_of
-from mf_memopt.verify.pipeline import compile_env, msrun_command, stage_layers
+from mf_memopt.verify.pipeline import compile_env, stage_layers
 
 pytestmark = pytest.mark.mindspore
 

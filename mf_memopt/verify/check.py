@@ -9,19 +9,17 @@ in the graphs of the ranks whose stage holds it (`pipeline.py`); on CPU it is re
 from __future__ import annotations
 
 import json
-import os
-import sys
 import tempfile
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..child import run_owned
 from ..config.errors import ConfigError, ConfigIssue
 from ..config.load import load_plan
 from ..config.plan import Plan
 from ..config.source import load_source
+from ..runner import ChildFailed, compile_graph
 from ..runtime.device import preflight_compile
 from .ir import find_validate_ir
 from .marks import LayerCheck, check_graph
@@ -95,13 +93,10 @@ def _verify_ranks(config: str | Path, plan: Plan, directory: Path, reports: Path
 
 
 def _compile(config: str | Path, directory: Path, report: Path) -> None:
-    env = {**os.environ, **COMPILE_ENV, SAVE_GRAPHS_PATH: str(directory)}
-    done = run_owned([sys.executable, "-m", "mf_memopt.verify.precompile", str(config), str(report)],
-                     cwd=os.getcwd(), env=env, merge_output=False)
-    if done.returncode != 0:
-        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
-        raise ConfigError([ConfigIssue(file=str(config), line=None, path="",
-                                       message=f"compiling the training graph failed:\n{tail}")])
+    try:
+        compile_graph(Path(config), report=report, env={**COMPILE_ENV, SAVE_GRAPHS_PATH: str(directory)})
+    except ChildFailed as error:
+        raise ConfigError([ConfigIssue(file=str(config), line=None, path="", message=str(error))]) from error
 
 
 def verify_table(result: VerifyResult) -> str:

@@ -14,12 +14,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..child import run_owned
+from .. import runner
 from ..config.device import Device
 from ..config.plan import Plan
 from ..config.source import Source
@@ -62,18 +61,11 @@ def require_devices(device: Device, workers: int, config: str) -> None:
 
 def compile_ranks(config: str | Path, ir_dir: Path, reports: Path, workers: int) -> None:
     """Compile every rank's stage under msrun, without running it; a failed worker's log tail is the error."""
-    reports.mkdir(parents=True, exist_ok=True)
-    worker = [*WORKER, str(config), str(reports.resolve()), RANKS]
-    done = run_owned(msrun_command(workers, reports / "msrun", worker), cwd=os.getcwd(), env=compile_env(ir_dir))
-    if done.returncode != 0:
-        raise LaunchError(f"{config}: compiling the pipeline stages under msrun failed: "
-                          f"{_failure(reports / 'msrun', workers)}")
-
-
-def msrun_command(workers: int, logs: Path, worker: list[str]) -> list[str]:
-    """msrun with `workers` local workers running `worker` (each writes `logs`/worker_<r>.log)."""
-    return ["msrun", f"--worker_num={workers}", f"--local_worker_num={workers}", f"--master_port={_free_port()}",
-            f"--log_dir={logs}", "--join=True", "--cluster_time_out=600", *worker]
+    try:
+        runner.compile_ranks(Path(config), reports=reports, env=compile_env(ir_dir), workers=workers,
+                             worker=[*WORKER, str(config), str(reports.resolve()), RANKS])
+    except runner.ChildFailed as error:
+        raise LaunchError(f"{config}: {error}") from error
 
 
 def compile_env(ir_dir: Path) -> dict[str, str]:
@@ -113,20 +105,3 @@ def _rank_files(ir_dir: Path, reports: Path, rank: int, stage: int, stages: int)
     except FileNotFoundError:
         raise LaunchError(f"{who} left no compiled graph: no *validate*.ir under {ir_dir / f'rank_{rank}'}") from None
     return json.loads(report.read_text()), ir_path
-
-
-def _failure(logs: Path, workers: int) -> str:
-    """The last lines of the first worker log that names an error (else of worker 0's)."""
-    paths = [logs / f"worker_{rank}.log" for rank in range(workers)]
-    texts = {path: path.read_text(errors="replace") for path in paths if path.is_file()}
-    if not texts:
-        return f"msrun wrote no worker log under {logs}"
-    path = next((path for path, text in texts.items() if "Error" in text or "error" in text), next(iter(texts)))
-    tail = " | ".join(line.strip() for line in texts[path].strip().splitlines()[-2:])
-    return f"{path.name} ends: {tail}"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
