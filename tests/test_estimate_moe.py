@@ -5,7 +5,8 @@ them. The peaks are data in `benchmarks/data/sweep_moe_peaks.json`, not typed he
 
 The `wide` set (drawn off the grids, every key a user writes) is fitted: its x10 (-11.2% at first comparison) was
 traced and the first attention's moment given the tied matrix's TensorMove copy that AdamW's decay reads. `wide2`
-is held out: measured before the estimator saw it, nothing changed after it. Both are held to 5%, the target the
+(seed 20261213, first compared after the estimator's last change) is held out: measured before the estimator saw it,
+nothing changed after it. Both are held to 5%, the target the
 dense families have."""
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ def test_the_moe_record_stays_within_ten_percent_of_its_peak(config, tmp_path):
 
 
 # Known misses of the wide sets, each strict: the day the estimate gets it right, the mark has to go.
-WIDE_KNOWN: dict[str, str] = {}
+WIDE_KNOWN = {"f02": "-5.1% at first comparison (43.58 MiB measured to the byte, 41.34 estimated at the end of the "
+                     "forward): float32, tied embeddings, full recompute of all 5 layers, a dynamic loss scale with "
+                     "clip-grad; not traced, no term changed (wide2 is held out)"}
 WIDE_CASES = sweep_cases(WIDE_SETS, generate, ("wide2",), WIDE_KNOWN)
 
 
