@@ -377,7 +377,9 @@ def _save(data: dict[str, Any], entries: dict[str, dict[str, Any]], path: Path =
                           f"{STEPS} step(s) by run_mindformer_memopt.py on the CPU backend; regenerate with "
                           f"`{command}`",
                  "seed": SEED, "mindspore": mindspore.__version__, "mindformers": mindformers.__version__,
-                 "launcher": _launcher_revision(),
+                 # the launcher of the entries without their own (a partial re-measure keeps it; each entry it
+                 # measured names its own)
+                 "launcher": data.get("launcher") or _launcher_revision(),
                  "configs": [entries[name] for name in sorted(entries)]})
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1) + "\n")
