@@ -16,11 +16,13 @@ compared with any of it. It varies what changes what such a model keeps:
 * six recompute forms (none, full, full of the first layer, the MLP cell, the attention cell, the
   experts alone) and the training-step forms of `step_forms.FORMS`.
 
-    python benchmarks/sweep_deepseek.py list
-    python benchmarks/sweep_deepseek.py measure [--only NAME ...] [--exact]
-    python benchmarks/sweep_deepseek.py compare
+    python benchmarks/sweep_deepseek.py [--set fresh] list
+    python benchmarks/sweep_deepseek.py [--set fresh] measure [--only NAME ...] [--exact]
+    python benchmarks/sweep_deepseek.py [--set fresh] compare
 
-Peaks go to `benchmarks/data/sweep_deepseek_peaks.json`.
+`--set fresh` is a second held-out set of the same draw from its own seed (`SETS`), drawn after the estimator's
+last change (3397990) and measured to the byte before its first comparison. Peaks go to
+`benchmarks/data/sweep_deepseek_peaks.json` (`sweep_deepseek_fresh_peaks.json`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ BASE_CONFIG = REPO / "configs" / "deepseek3_tiny.yaml"
 DATA = REPO / "benchmarks" / "data" / "sweep_deepseek_peaks.json"
 SEED = 20261125
 CONFIGS = 8
+# set -> (seed, config name prefix); "held-out" is the first set
+SETS = {"held-out": (SEED, "k"), "fresh": (20261214, "g")}
 # the MoE sweep's forms but the router alone (which saves nothing there)
 RECOMPUTE: dict[str, dict[str, Any]] = {name: form for name, form in MOE_RECOMPUTE.items()
                                        if name != "select mlp.router"}
@@ -59,13 +63,18 @@ class DeepseekConfig(McoreConfig):
         return {}                   # the base YAML's: DeepseekV3ForCausalLM with its routing keys
 
 
-def generate() -> list[DeepseekConfig]:
-    """The 8 held-out configs, each recompute form and step form met at least once."""
-    rng = random.Random(SEED)
+def generate(which: str = "held-out") -> list[DeepseekConfig]:
+    """The 8 configs of a set, each recompute form and step form met at least once."""
+    seed, prefix = SETS[which]
+    rng = random.Random(seed)
     forms, steps = list(RECOMPUTE), list(FORMS)
-    return [DeepseekConfig(name=f"k{index:02d}", half="held-out", architecture="deepseek3", dtype="float32",
+    return [DeepseekConfig(name=f"{prefix}{index:02d}", half=which, architecture="deepseek3", dtype="float32",
                            recompute=forms[index % len(forms)], step=steps[index % len(steps)], model=_shape(rng))
             for index in range(CONFIGS)]
+
+
+def data_file(which: str) -> Path:
+    return DATA if which == "held-out" else REPO / "benchmarks" / "data" / f"sweep_deepseek_{which}_peaks.json"
 
 
 def _shape(rng: random.Random) -> dict[str, Any]:
@@ -115,18 +124,27 @@ def _columns(config: DeepseekConfig) -> list[str]:
             f"{config.recompute}; {config.step}"]
 
 
-def compare(halves: list[str] | None = None) -> float:
+def compare(halves: list[str] | None = None, which: str = "held-out") -> float:
     """Print `estimate --runtime cpu` against the recorded peaks; return the worst error."""
-    errors = print_comparison("(e4) DeepSeek-V3 held-out set", ("config", "layers/dense/mtp", "h",
-                                                                "heads x (nope+rope)/v", "q/kv rank",
-                                                                "experts/top-k x F+shared", "s", "b", "v",
-                                                                "recompute; step"),
-                              generate(), DATA, ["held-out"], _columns)
-    return max(errors.get("held-out", []), default=float("nan"))
+    errors = print_comparison(f"(e4) DeepSeek-V3 {which} set", ("config", "layers/dense/mtp", "h",
+                                                                 "heads x (nope+rope)/v", "q/kv rank",
+                                                                 "experts/top-k x F+shared", "s", "b", "v",
+                                                                 "recompute; step"),
+                              generate(which), data_file(which), [which], _columns)
+    return max(errors.get(which, []), default=float("nan"))
 
 
 def main(argv: list[str] | None = None) -> int:
-    return sweep_cli(argv, __doc__.splitlines()[0], generate, DATA, "sweep_deepseek.py", compare, halves=False)
+    """`sweep_cli`'s commands, each with `--set held-out|fresh`."""
+    import argparse
+
+    sets = argparse.ArgumentParser(add_help=False)
+    sets.add_argument("--set", dest="which", choices=tuple(SETS), default="held-out")
+    chosen, rest = sets.parse_known_args(argv)
+    which = chosen.which
+    script = "sweep_deepseek.py" if which == "held-out" else f"sweep_deepseek.py --set {which}"
+    return sweep_cli(rest, __doc__.splitlines()[0], lambda: generate(which), data_file(which), script,
+                     lambda halves: compare(halves, which), halves=False)
 
 
 if __name__ == "__main__":

@@ -63,7 +63,8 @@ FRESH_SETS = {"fresh": (20261127, "d", 3), "fresh2": (20261128, "e", 5), "fresh3
               "fresh4": (20261130, "j", 1), "fresh5": (20261201, "n", 6), "fresh6": (20261202, "p", 2)}
 # Sets drawn by `wide`: every key that changes what training keeps, integers drawn from ranges off the grids below.
 # name -> (seed, config name prefix, configs)
-WIDE_SETS = {"wide": (20261203, "w", 12)}
+# wide2: drawn and measured to the byte while the estimator's last change (3397990) was made, first compared after it
+WIDE_SETS = {"wide": (20261203, "w", 12), "wide2": (20261212, "c", 11)}
 ARCHITECTURES = {"qwen3": {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "qk_layernorm": True},
                  "telechat3": {"model_type": "telechat3", "architectures": ["TeleChat3ForCausalLM"],
                                "qk_layernorm": False}}

@@ -139,3 +139,23 @@ def test_auto_offers_the_shared_experts_where_the_model_has_them():
     assert r"mlp\.shared_experts" in MCORE.auto_cells_for(load_source(TINY)).select
     qwen3_moe = load_source(ROOT / "configs" / "qwen3_moe_tiny.yaml")
     assert r"mlp\.shared_experts" not in MCORE.auto_cells_for(qwen3_moe).select
+
+
+# The second DeepSeek-V3 set (`sweep_deepseek.py --set fresh`, seed 20261214): drawn after the estimator's last change,
+# measured to the byte before its first comparison, held to 5%. Known misses, each strict.
+FRESH_KNOWN = {"g04": "-9.4% at first comparison (42.36 MiB measured to the byte, 38.37 estimated at the end of the "
+                      "forward): 4 layers, 1 dense, q projected directly (q_lora_rank null), the attention cell "
+                      "recomputed, a dynamic loss scale without clip-grad; not traced, no term changed (held out)"}
+
+
+@pytest.mark.parametrize("config", [pytest.param(config, id=f"held-out-fresh-{config.name}", marks=[
+    pytest.mark.xfail(reason=FRESH_KNOWN[config.name], strict=True)] if config.name in FRESH_KNOWN else [])
+    for config in generate_deepseek("fresh")])
+def test_the_deepseek_fresh_set_stays_within_five_percent_of_its_peak(config, tmp_path):
+    from benchmarks.sweep_deepseek import data_file
+
+    entry = {item["name"]: item for item in json.loads(data_file("fresh").read_text())["configs"]}[config.name]
+    assert "exact_mib" in entry, f"{config.name}: {entry.get('error', 'not measured to the byte')}"
+    estimated = estimate_config(config.write(tmp_path / f"{config.name}.yaml"), runtime="cpu").stages[0].peak.peak
+    reference = measured_reference(entry)
+    assert abs(estimated / 2**20 - reference) / reference <= 0.05

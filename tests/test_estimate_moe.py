@@ -3,8 +3,11 @@ pairs: the build half read off to write the MoE terms, the second half measured 
 the byte). Both halves are fitted: the second half's first misses (m03, m02, m07) were traced and terms changed for
 them. The peaks are data in `benchmarks/data/sweep_moe_peaks.json`, not typed here. Target: 10%.
 
-The `wide` set (drawn off the grids, every key a user writes) is held out: measured before the estimator saw it,
-nothing changed after it; it is held to 5%, the target the dense families have."""
+The `wide` set (drawn off the grids, every key a user writes) is fitted: its x10 (-11.2% at first comparison) was
+traced and the first attention's moment given the tied matrix's TensorMove copy that AdamW's decay reads. `wide2`
+(seed 20261213, first compared after the estimator's last change) is held out: measured before the estimator saw it,
+nothing changed after it. Both are held to 5%, the target the
+dense families have."""
 
 from __future__ import annotations
 
@@ -35,13 +38,11 @@ def test_the_moe_record_stays_within_ten_percent_of_its_peak(config, tmp_path):
     assert abs(estimated / 2**20 - reference) / reference <= TARGET
 
 
-# Known misses of the wide set, each strict: the day the estimate gets it right, the mark has to go.
-WIDE_KNOWN = {"x10": "-11.2% at the optimizer step (84.33 MiB measured, 74.92 estimated): float16 compute with tied "
-                     "embeddings; the trace has the loss's one-hot (131, 8713) int32 and its float32 cast, and "
-                     "output_layer's float32 cast of the tied matrix, alive at AdamW's vocabulary update, which the "
-                     "estimate does not count (the same config in float32 is -0.2%, untied -0.1%, with float32 "
-                     "norms still -10.9%)"}
-WIDE_CASES = sweep_cases(WIDE_SETS, generate, WIDE_SETS, WIDE_KNOWN)
+# Known misses of the wide sets, each strict: the day the estimate gets it right, the mark has to go.
+WIDE_KNOWN = {"f02": "-5.1% at first comparison (43.58 MiB measured to the byte, 41.34 estimated at the end of the "
+                     "forward): float32, tied embeddings, full recompute of all 5 layers, a dynamic loss scale with "
+                     "clip-grad; not traced, no term changed (wide2 is held out)"}
+WIDE_CASES = sweep_cases(WIDE_SETS, generate, ("wide2",), WIDE_KNOWN)
 
 
 @pytest.mark.parametrize(("which", "config"), WIDE_CASES)

@@ -170,3 +170,31 @@ def test_optimizer_level(tmp_path, level, gathered, accumulation_split):
     assert ("gathered weights (parallel optimizer)" in backward.components) == gathered
     expected = params.local(estimate.parallel) if accumulation_split else params.total
     assert backward.components["accumulated gradients"] == 4 * expected
+
+
+@pytest.mark.parametrize(("mp_comm", "sequence_parallel"), [(False, True), (False, False), (True, True)])
+def test_mp_comm_recompute_false_keeps_the_communication_outputs_of_fully_recomputed_layers(
+        tmp_path, mp_comm, sequence_parallel):
+    """TeleChat3 36B (model_parallel 8, use_seq_parallel, mp_comm_recompute False, 14 of 16 layers of each chunk
+    fully recomputed): each fully recomputed layer keeps, besides its output, per row-parallel linear (linear_proj,
+    linear_fc2) its reduce-scatter output (b*s/8 x h) and the all-gathered sequence before the column-parallel
+    linear it feeds (b*s x h); without sequence parallelism an all-reduce output (b*s x h) each; with
+    mp_comm_recompute True nothing more than the output."""
+    data = yaml.safe_load(shipped(SHIPPED[2]).read_text(encoding="utf-8"))
+    data["recompute_config"]["mp_comm_recompute"] = mp_comm
+    data["parallel_config"]["use_seq_parallel"] = sequence_parallel
+    config = tmp_path / "telechat3.yaml"
+    config.write_text(yaml.safe_dump(data), encoding="utf-8")
+    estimate = estimate_config(config)
+    model, c = estimate.model, estimate.model.compute_bytes
+    full = c * model.batch * model.seq * model.hidden
+    output = full // 8 if sequence_parallel else full           # the layer output, split by sequence parallelism
+    if mp_comm:
+        kept = output
+    elif sequence_parallel:
+        kept = output + 2 * (full // 8 + full)
+    else:
+        kept = output + 2 * full
+    recomputed = [layer for layer in estimate.layers if layer.effect.bytes("recomputed")]
+    assert len(recomputed) == 56                                 # [[14, 14], [14, 14]] over 64 layers
+    assert {layer.effect.bytes("kept") for layer in recomputed} == {kept}

@@ -11,7 +11,7 @@ from ..config.plan import LayerPlan, Plan
 from ..config.source import Source, load_source
 from .budget import device_budget
 from .compress import compress_effect
-from .effects import LayerEffect, layer_effect
+from .effects import LayerEffect, TensorFate, layer_effect
 from .memory import StagePeak, ascend_peak, cpu_pool_peak, in_flight, stage_params
 from .spec import ModelSpec, OptimizerSpec, ParallelSpec, read_spec
 from .step import StepForm, step_form
@@ -126,22 +126,28 @@ def _estimate(plan: Plan, model: ModelSpec, parallel: ParallelSpec, optimizer: O
     family = plan.family
     element_bytes = 4 if runtime == "cpu" else model.compute_bytes
     compression = family.compression if any(layer.op_compress for layer in plan.layers) else None
-    def effect_of(layer: LayerPlan, inventory: list, ops: list) -> tuple[LayerEffect, int]:
+    keeps_communication = (runtime == "ascend" and family.name == "mcore" and parallel.tensor > 1
+                           and plan.rules.options.mp_comm_recompute is False)
+
+    def effect_of(layer: LayerPlan, inventory: list, ops: list, kind: ModelSpec) -> tuple[LayerEffect, int]:
         """The layer's effect under its plan, and its forward FLOPs."""
         effect = compress_effect(layer, layer_effect(layer, inventory, ops, family.cell_outputs,
                                                      family.primitive_recompute), compression, element_bytes, model)
+        if keeps_communication and layer.full_recompute is not None:
+            effect = _with_kept_communication(effect, kind, parallel)
         return effect, sum(op.flops for op in ops)
 
     kinds = {kind: (family.inventory(kind, parallel, runtime), family.layer_ops(kind, parallel))
              for kind in model.layer_kinds}
-    units = {layer.layer: effect_of(layer, *kinds[model.layer_model(layer.layer)]) for layer in plan.layers}
+    units = {layer.layer: effect_of(layer, *kinds[model.layer_model(layer.layer)], model.layer_model(layer.layer))
+             for layer in plan.layers}
     if model.mtp_layers:
         # MindFormers gives each MTP layer the last decoder layer's id: its stage and plan
         last = plan.layers[-1]
         inventory, ops = family.mtp_inventory(model, parallel, runtime), family.mtp_ops(model, parallel)
         for index in range(model.mtp_layers):
             follower = replace(last, layer=plan.num_layers + index)
-            units[follower.layer] = effect_of(follower, inventory, ops)
+            units[follower.layer] = effect_of(follower, inventory, ops, model)
     layers, stages = [], []
     for stage in range(plan.layout.stages):
         members = [layer for layer in plan.layers if layer.stage == stage]
@@ -160,6 +166,16 @@ def _estimate(plan: Plan, model: ModelSpec, parallel: ParallelSpec, optimizer: O
         notes += runtime_version_notes(family.cpu_measured_on)
     return Estimate(config=plan.file, runtime=runtime, hardware=hardware, model=model, parallel=parallel,
                     stages=tuple(stages), layers=tuple(layers), notes=tuple(notes))
+
+
+def _with_kept_communication(effect: LayerEffect, model: ModelSpec, parallel: ParallelSpec) -> LayerEffect:
+    """A fully recomputed mcore layer under `mp_comm_recompute: False`: the outputs of its tensor-parallel
+    communication kept for the backward (`models.mcore.inventory.kept_communication`)."""
+    from ..models.mcore.inventory import kept_communication
+
+    kept = tuple(TensorFate(saved=saved, fate="kept", rule="recompute_config.mp_comm_recompute")
+                 for saved in kept_communication(model, parallel))
+    return replace(effect, tensors=effect.tensors + kept)
 
 
 def _stage(model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSpec, plan: Plan, stage: int,

@@ -96,24 +96,21 @@ def optimizer_steps(model: ModelSpec, layers: int, early: dict[str, int],
     a sum): a tied matrix has five vocabulary-sized tensors alive, an untied pair seven (25 traces of float32
     Qwen3, Qwen3-MoE, TeleChat3 and Llama configs, tied and not, with clip-grad and without).
 
-    Other dtype settings: the runtime runs the updates side by side, one op of every parameter
-    after another, so at the peak each parameter has two float32 tensors alive (its clipped or
-    cast gradient and the first product of the moment update), whatever the parameter dtype. The
-    embedding's and lm_head's decayed copies made at the start of the step are still held.
-    Where the two float32 tensors of every parameter come relative to the end of clip-grad
-    depends on the parameter dtypes (`clip_ends_first`):
+    Other dtype settings: the runtime runs the updates side by side, one op of every parameter after another, so
+    at the peak each parameter has two float32 tensors alive (its float32 cast and the first product of its moment
+    update), whatever the parameter dtype, and the embedding's and lm_head's decayed copies made at the start of
+    the step are still held. On top, with float16 compute, the larger of clip-grad's last sum (the `ClipGradNorm`
+    `Add`, a float32 tensor of the embedding's size) and the float32 copies (TensorMove) of the two moments of the
+    parameter being finished; without float16 compute, those copies (traces of s19, s21, s25, t10). With float16
+    parameters and float32 RmsNorm weights (`half_parameters_float32_norms`) it is clip-grad's last sum, whatever
+    the compute dtype and whether clip-grad is on or not (a10 of the `wide2` set: 44.11 MiB at the `ClipGradNorm`
+    `Add` of the embedding, float32 compute, every parameter's `Cast` and `Mul` alive; fresh10's x06, x07, x14,
+    fresh11's y14, wide2's a06).
 
-    * the updates first (every setting but the one below): when clip-grad's last sum, a float32
-      tensor of the embedding's size, is made, every parameter already has its two tensors. Or,
-      without float16 compute, the parameter being finished holds float32 copies of its two
-      moments (TensorMove) on top (traces of s19, s21, s25, t10).
-    * clip-grad first (float16 parameters with float32 RmsNorm weights, MindFormers' default):
-      when clip-grad's last sum is made, every parameter has one float32 tensor (its gradient
-      cast), the embedding and lm_head two; the second tensor of the others comes after the sum is
-      freed. Two checkpoints, then: the end of clip-grad and the updates (traces of s01, s26, s27,
-      q07, t14).
-      The same shapes with float16 RmsNorm weights measure like the first order (q07: 607 MiB,
-      654 MiB with float16 norms; t10: 131 MiB, 120 MiB with float32 norms).
+    An order in which clip-grad ended before the updates' second tensors were made, for that dtype setting (traces
+    of s01, s26, s27, q07, t14), was the CPU training step before its loss-scale update moved after the optimizer
+    (04b5038): the sets measured before it (the sweep, fresh to fresh8) were re-measured where this term decides
+    their peak (benchmarks/data/sweep_*_peaks.json, each such entry with its own `launcher`).
 
     `finished_first` (float16 compute with clip-grad, the updates first; a family that knows its update order
     passes it, others keep the moment above): the parameters whose updates are done when the largest weight's
@@ -132,20 +129,12 @@ def optimizer_steps(model: ModelSpec, layers: int, early: dict[str, int],
             "optimizer outputs": 3 * FP32 * largest})]
     params = stage_params(model, layers)
     embedding = model.vocab * model.hidden
-    if clip_ends_first(model):
-        return [StagePeak(kind="end of clip-grad", components={
-                    "gradient casts": FP32 * params, "optimizer working set": FP32 * vocabulary_params(model),
-                    "clip-grad's last sum": FP32 * embedding, **early}),
-                StagePeak(kind="optimizer step", components={
-                    "optimizer working set": 2 * FP32 * params, **early}),
-                *([_one_at_a_time(model, params, finished_first, early, "largest update of the optimizer")]
-                  if finished_first is not None and model.clip_grad else [])]
     moments = 2 * max(model.largest_params())
     if finished_first is not None and model.clip_grad and model.compute_bytes != FP32:
         return [StagePeak(kind="end of clip-grad", components={
                     "optimizer working set": 2 * FP32 * params, "clip-grad's last sum": FP32 * embedding, **early}),
                 _one_at_a_time(model, params, finished_first, early)]
-    if model.compute_bytes != FP32 and embedding > moments:
+    if (model.compute_bytes != FP32 and embedding > moments) or half_parameters_float32_norms(model):
         finishing = {"clip-grad's last sum": FP32 * embedding}
     else:
         finishing = {"update being finished": FP32 * moments}
@@ -171,9 +160,9 @@ def one_update(params: int, finished: int, size: int, extra: dict[str, int], kin
         "update being finished": 3 * FP32 * size, **extra})
 
 
-def clip_ends_first(model: ModelSpec) -> bool:
-    """Whether clip-grad's last sum is freed before the updates' second tensors are made (float16
-    parameters with float32 RmsNorm weights); observed in traces, not derived (`optimizer_steps`)."""
+def half_parameters_float32_norms(model: ModelSpec) -> bool:
+    """Float16 parameters with float32 RmsNorm weights (the legacy Llama's defaults): the optimizer step's last
+    moment holds clip-grad's last sum, never a moment's copies (`optimizer_steps`); observed in traces."""
     return model.param_bytes == 2 and model.layernorm_bytes == FP32
 
 

@@ -38,7 +38,8 @@ STATIC = ("parameters", "gradients", "optimizer states", "accumulated gradients"
           "weight copies",
           "updated parameters (AdamW outputs)",
           "decayed vocabulary parameters (AdamW, computed early)", "optimizer working set", "update being finished",
-          "gradient casts", "clip-grad's last sum", "graph constants (scalar and shape inputs, a 512-byte block each)")
+          "clip-grad's last sum", "graph constants (scalar and shape inputs, a 512-byte block each)",
+          "tied matrix's copy for AdamW's decay (TensorMove)")
 ACTIVATIONS = ("activations kept", "swapped, still on device", "model-level tensors")
 
 

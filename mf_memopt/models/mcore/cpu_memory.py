@@ -204,10 +204,18 @@ def _first_attention(model: ModelSpec, effects: list[LayerEffect], copies: Weigh
     copy for the residual, q, k and v in the compute dtype and a float32 repeat of the key for the grouped
     BatchMatMul, and the loss's one-hot labels with their float32 cast, which read only the labels (memory-pool
     trace of the fresh2 set's e13: 137.0 MiB at the recomputed attention's Mul, 101.6 MiB of it weight copies).
+    With tied embeddings and float16 compute, AdamW's early decay of the one matrix reads it through a TensorMove
+    copy (the parameter dtype) made next to these copies and freed by the decay's second Mul (memory-pool trace of
+    the MoE wide set's x10: 84.33 MiB at AdamW's `Mul-op0`, the copy `Default/TensorMove-op24` alive, every weight
+    copy, both decayed products and the loss's one-hot with its cast).
     """
     dim, c = dims(model, ParallelSpec()), model.compute_bytes
     read = sum(size for path, size in copies.forward[0].items() if _before_scores(path))
+    tied = model.tie_embeddings and model.compute_bytes != FP32
+    tied_copy = {"tied matrix's copy for AdamW's decay (TensorMove)": model.param_bytes * model.vocab * model.hidden
+                 } if tied else {}
     return StagePeak(kind="first attention of the forward (weight copies made)", components={
+        **tied_copy,
         "weight copies": copies.forward_total - read + copies.backward_total,
         "model-level tensors": tables + (c + FP32) * dim.bsh_full
                                + 2 * FP32 * model.batch * model.seq * model.vocab,

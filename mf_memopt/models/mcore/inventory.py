@@ -414,3 +414,42 @@ def mtp_ops(model: ModelSpec, parallel: ParallelSpec) -> list[Op]:
     tokens = model.batch * model.seq // parallel.context
     return [Op(path="eh_proj.matmul", flops=2 * tokens * 2 * model.hidden * model.hidden // parallel.tensor),
             *(replace(op, path=MTP_LAYER + op.path) for op in layer_ops(model, parallel))]
+
+
+def kept_communication(model: ModelSpec, parallel: ParallelSpec) -> list[Saved]:
+    """The outputs of a fully recomputed layer's tensor-parallel communication that `mp_comm_recompute: False`
+    keeps for the backward instead of running the communication again (Ascend; none without tensor parallelism).
+
+    `Cell.recompute(mp_comm_recompute=False)` marks every primitive of the layer `recompute_comm_op: False`
+    (`mindspore/nn/cell.py`, `Cell._mp_comm_recompute`); MindSpore's parallel pass then leaves the forward
+    communication operators out of the recompute (docs/configuration.md, "mp_comm_recompute under tensor
+    parallelism"). Which operators a layer issues, from MindFormers 1.9's `parallel_core/training_graph`:
+
+    * `RowParallelLinear.forward_func` (`tensor_parallel/layers.py`), the attention's `linear_proj` and the dense
+      MLP's `linear_fc2`: an explicit `ops.AllReduce` of its (b*s, h) product, or with `sequence_parallel` an
+      `ops.ReduceScatter` over the sequence (b*s/t, h), in the compute dtype;
+    * `ColumnParallelLinear.shard`, the attention's input projection and the MLP's `linear_fc1`: its input laid out
+      `("cp", "dp", "None")`, the whole sequence; with `sequence_parallel` the norm before it is laid out
+      `("cp_tp", "dp", "None")` (`TransformerLayer.shard`, `transformer/transformer_layer.py`), so the parallel
+      pass gathers the sequence (an AllGather, (b*s, h)) before it. Without sequence parallelism the layouts agree
+      and nothing is inserted.
+
+    An MoE layer counts its attention's only: its routed experts communicate through the token dispatcher, not a
+    row/column-parallel pair."""
+    if parallel.tensor == 1:
+        return []
+    dim, c = dims(model, parallel), model.compute_bytes
+    cells = [("self_attention", "linear_proj", "the attention's input projection")]
+    if not model.experts:
+        cells.append(("mlp", "linear_fc2", "linear_fc1"))
+    saved = []
+    for cell, row, column in cells:
+        if parallel.sequence_parallel:
+            saved += [Saved(path=f"{cell}.{row}.reduce_scatter", what=f"{row}'s reduce-scatter output (kept: "
+                            "mp_comm_recompute False)", nbytes=c * dim.bsh, kept_by_full_recompute=True),
+                      Saved(path=f"{cell}.all_gather", what=f"the sequence all-gathered for {column} (kept: "
+                            "mp_comm_recompute False)", nbytes=c * dim.bsh_full, kept_by_full_recompute=True)]
+        else:
+            saved.append(Saved(path=f"{cell}.{row}.all_reduce", what=f"{row}'s all-reduce output (kept: "
+                               "mp_comm_recompute False)", nbytes=c * dim.bsh_full, kept_by_full_recompute=True))
+    return saved
