@@ -12,6 +12,7 @@ from ..config.source import Source, load_source
 from .budget import device_budget
 from .compress import compress_effect
 from .effects import LayerEffect, TensorFate, layer_effect
+from .inventory import Saved
 from .memory import StagePeak, ascend_peak, cpu_pool_peak, in_flight, stage_params
 from .spec import ModelSpec, OptimizerSpec, ParallelSpec, read_spec
 from .step import StepForm, step_form
@@ -126,7 +127,7 @@ def _estimate(plan: Plan, model: ModelSpec, parallel: ParallelSpec, optimizer: O
     family = plan.family
     element_bytes = 4 if runtime == "cpu" else model.compute_bytes
     compression = family.compression if any(layer.op_compress for layer in plan.layers) else None
-    keeps_communication = (runtime == "ascend" and family.name == "mcore" and parallel.tensor > 1
+    keeps_communication = (runtime == "ascend" and parallel.tensor > 1
                            and plan.rules.options.mp_comm_recompute is False)
 
     def effect_of(layer: LayerPlan, inventory: list, ops: list, kind: ModelSpec) -> tuple[LayerEffect, int]:
@@ -134,7 +135,7 @@ def _estimate(plan: Plan, model: ModelSpec, parallel: ParallelSpec, optimizer: O
         effect = compress_effect(layer, layer_effect(layer, inventory, ops, family.cell_outputs,
                                                      family.primitive_recompute), compression, element_bytes, model)
         if keeps_communication and layer.full_recompute is not None:
-            effect = _with_kept_communication(effect, kind, parallel)
+            effect = _with_kept_communication(effect, family.kept_communication(kind, parallel))
         return effect, sum(op.flops for op in ops)
 
     kinds = {kind: (family.inventory(kind, parallel, runtime), family.layer_ops(kind, parallel))
@@ -168,13 +169,11 @@ def _estimate(plan: Plan, model: ModelSpec, parallel: ParallelSpec, optimizer: O
                     stages=tuple(stages), layers=tuple(layers), notes=tuple(notes))
 
 
-def _with_kept_communication(effect: LayerEffect, model: ModelSpec, parallel: ParallelSpec) -> LayerEffect:
-    """A fully recomputed mcore layer under `mp_comm_recompute: False`: the outputs of its tensor-parallel
-    communication kept for the backward (`models.mcore.inventory.kept_communication`)."""
-    from ..models.mcore.inventory import kept_communication
-
+def _with_kept_communication(effect: LayerEffect, kept_outputs: list[Saved]) -> LayerEffect:
+    """A fully recomputed layer under `mp_comm_recompute: False`: the outputs of its tensor-parallel communication
+    kept for the backward (the family's `kept_communication`; the mcore family counts them)."""
     kept = tuple(TensorFate(saved=saved, fate="kept", rule="recompute_config.mp_comm_recompute")
-                 for saved in kept_communication(model, parallel))
+                 for saved in kept_outputs)
     return replace(effect, tensors=effect.tensors + kept)
 
 

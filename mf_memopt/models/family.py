@@ -199,6 +199,11 @@ class Estimator(Protocol):
         """The matmul-class operators of one multi-token-prediction layer."""
         return []
 
+    def kept_communication(self, model: ModelSpec, parallel: ParallelSpec) -> list[Saved]:
+        """On Ascend, the outputs of a fully recomputed layer's tensor-parallel communication that
+        `mp_comm_recompute: False` keeps for the backward (none unless the family counts them)."""
+        return []
+
     def cpu_checkpoints(self, model: ModelSpec, effects: list[LayerEffect]) -> list[StagePeak]:
         """The moments of a CPU training step whose largest is the memory-pool peak (`estimate.memory`)."""
         ...
@@ -323,6 +328,9 @@ class ModelFamily:
 
     def mtp_ops(self, model: ModelSpec, parallel: ParallelSpec) -> list[Op]:
         return self.estimator.mtp_ops(model, parallel)
+
+    def kept_communication(self, model: ModelSpec, parallel: ParallelSpec) -> list[Saved]:
+        return self.estimator.kept_communication(model, parallel)
 
     def cpu_checkpoints(self, model: ModelSpec, effects: list[LayerEffect]) -> list[StagePeak]:
         return self.estimator.cpu_checkpoints(model, effects)

@@ -58,6 +58,9 @@ class McoreEstimator(Estimator):
     def layer_ops(self, model: ModelSpec, parallel: ParallelSpec) -> list[Op]:
         return inventory.layer_ops(model, parallel)
 
+    def kept_communication(self, model: ModelSpec, parallel: ParallelSpec) -> list[Saved]:
+        return inventory.kept_communication(model, parallel)
+
     def mtp_inventory(self, model: ModelSpec, parallel: ParallelSpec, runtime: str) -> list[Saved]:
         return inventory.mtp_inventory(model, parallel, runtime)
 
