@@ -49,8 +49,8 @@ SHIPPED_DATA = REPO / "benchmarks" / "data" / "shipped_peaks.json"
 PINNED_DATA = REPO / "tests" / "data" / "estimate" / "mixed_precision_peaks.json"
 SEED = 20261128  # the first seed from 20261123 whose sweep reaches every end of every range
 # Held-out sets drawn later from other seeds. Each was measured before it was compared with the
-# estimator; its misses were then traced and the estimator changed, so only the newest set is
-# held out for the estimator as it is (benchmarks/README (e) gives the history).
+# estimator; a set whose misses were then traced and fixed is fitted, and only the sets never fitted are
+# held out (benchmarks/README.md (e) says which; git log -p benchmarks/README.md gives the history).
 # name -> (seed, config name prefix, shift of the recompute form against the dtype setting)
 FRESH_SETS = {"fresh": (20261124, "h", 3), "fresh2": (20261125, "k", 5), "fresh3": (20261126, "m", 7),
               "fresh4": (20261127, "q", 1), "fresh5": (20261128, "r", 4), "fresh6": (20261130, "t", 6),

@@ -1,7 +1,7 @@
 """(e2) Generated mcore configs (Qwen3, TeleChat3) and their measured memory-pool peaks, a held-out half included.
 
 The CPU estimate of mcore layers was built on this sweep's build half; its held-out half was drawn and
-measured before any mcore inventory existed (benchmarks/README (e2) has the history), and the `fresh`
+measured before any mcore inventory existed (git log -p benchmarks/README.md has the history), and the `fresh`
 set after the estimator was compared with it. The sweep varies:
 
 * architecture: Qwen3 (q/k layernorm) or TeleChat3 (none);

@@ -3,7 +3,7 @@ later sets `fresh` to `fresh6` (`benchmarks/sweep_mcore.py measure --exact [--se
 but e13's, whose replay fell outside the MiB MindSpore printed: it is taken as printed).
 
 A set is held out while no estimator term has been changed because of it. The sweep (both halves) and `fresh` to
-`fresh5` are fitted: each one's first misses were traced and a term changed for them (benchmarks/README.md (e2)).
+`fresh5` are fitted: each one's first misses were traced and a term changed for them (benchmarks/README.md (e)).
 `fresh6`, `wide` and `wide2` (drawn off the grids: every key a user writes, use_flash_attention and qkv_concat both
 ways; `wide2`, seed 20261212, first compared after the estimator's last change) are held out: each was measured before the
 estimator saw it and nothing changed after it.

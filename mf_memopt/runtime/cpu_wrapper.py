@@ -21,7 +21,7 @@ Six things in MFTrainOneStepCell stop it from serving CPU training:
    of all layers are alive at once: on the step-form benchmark full recompute raised the pool peak from
    164 to 174 MiB. Here the scale is updated after the optimizer, from the same overflow flag (the
    gradients were unscaled with the scale read at the start, as in MindFormers): 143 and 55 MiB, as
-   with a fixed scale (`benchmarks/README.md`, "The training step").
+   with a fixed scale (`benchmarks/README.md` (f2)).
 
 4. For an mcore model it adds each step's separate losses (`print_separate_loss`, MindFormers' default)
    to their Parameters inside `grads_for_mcore`, before the optimizer. Those assignments wait for the
