@@ -59,7 +59,7 @@ def require_pipeline_support(stages: int, device: Device, *, use_parallel: bool,
     if device.cpu:
         raise LaunchError(f"{config}: pipeline_stage is {stages}: MindSpore's CPU backend cannot compile pipeline "
                           "parallelism ('Invalid communication backend: CPU for semi_auto_parallel'); nothing was "
-                          f"built or written. {CPU_WORKS.format(config=config)}; training runs on Ascend")
+                          f"built or written. {CPU_WORKS.format(config=config)}; training and verify run on Ascend")
     if not use_parallel:
         raise LaunchError(f"{config}: pipeline_stage is {stages}: pipeline parallelism trains under msrun with "
                           "--use_parallel True (MindFormers trains a stand-alone job with pipeline_stage 1): "
