@@ -6,6 +6,7 @@ quantised uses it is given; `tests/test_compare_e2e.py` trains real runs.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -139,6 +140,15 @@ def test_a_quantised_candidate_whose_loss_or_norm_stops_being_finite_drifts_beyo
                         tolerance=0.01)
     assert result.drift() == INF and not result.equivalent() and result.verdict() == "drifts beyond tolerance"
     assert "not finite" in comparison_text(result)
+
+
+def test_the_json_of_a_comparison_whose_loss_stops_being_finite_is_standard_json():
+    use = (LossyUse(layer=0, pattern="p", method="int4", group_size=256),)
+    result = Comparison(base=_run([5.0, 4.0]), candidate=_run([5.001, NAN], [1.0, -INF]), runtime="cpu", changes=[],
+                        lossy=use, tolerance=0.01)
+    data = json.loads(json.dumps(result.to_dict(), allow_nan=False))
+    assert data["loss_drift"] == "inf" and data["steps"][1]["candidate"]["loss"] == "nan"
+    assert data["steps"][1]["candidate"]["global_norm"] == "-inf" and data["steps"][0]["candidate"]["loss"] == 5.001
 
 
 def test_bisection_counts_a_half_whose_loss_becomes_nan_as_drifting(monkeypatch, tmp_path):

@@ -97,7 +97,9 @@ class Comparison:
         return "within tolerance" if self.equivalent() else "drifts beyond tolerance"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The comparison as JSON values: a loss, norm or drift that is not finite is the string "nan", "inf" or
+        "-inf" (JSON has no such numbers; Python's `json` would write the non-standard NaN and Infinity)."""
+        return _json_safe({
             "base": self.base.config, "candidate": self.candidate.config, "runtime": self.runtime,
             "changes": self.changes, "kind": "bit-identical" if self.exact else "within tolerance",
             "tolerance": None if self.exact else self.tolerance,
@@ -114,7 +116,17 @@ class Comparison:
                           for probe in self.probes],
             "keep_exact": [use.label() for use in self.keep_exact], "bisect_note": self.bisect_note,
             "verdict": self.verdict(), "equivalent": self.equivalent(),
-        }
+        })
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(item) for item in value]
+    return value
 
 
 def _step_dict(step: Step) -> dict[str, Any]:
