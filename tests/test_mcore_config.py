@@ -73,6 +73,14 @@ def test_the_shipped_qwen3_validates_and_recomputes_the_mlp_of_every_layer(capsy
      "model.model_config.num_key_value_heads: num_attention_heads (4) is not a multiple of num_key_value_heads (3)"),
     (lambda d: _model(d).update(num_hidden_layers=0),
      "model.model_config.num_hidden_layers: must be >= 1, got 0"),
+    (lambda d: _model(d).update(hidden_size=250),
+     "model.model_config.hidden_size: hidden_size (250) is not a multiple of num_attention_heads (4), even with "
+     "head_dim set"),
+    (lambda d: _model(d).update(rotary_dtype="float16"),
+     "model.model_config.rotary_dtype: MindFormers' GPT models refuse a float16 rotary embedding"),
+    (lambda d: _model(d).update(use_flash_attention=False),
+     "model.model_config.use_flash_attention: without flash attention MindFormers repeats the 2 key/value heads "
+     "for the 4 query heads"),
 ])
 def test_errors_name_the_families_own_keys(tmp_path, change, expected):
     errors = _errors(_write(tmp_path, change))

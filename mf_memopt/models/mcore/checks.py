@@ -39,7 +39,33 @@ def model_issues(source: Source) -> list[ConfigIssue]:
         if value and tp and value % tp:
             issues.append(source.issue(_TP, f"{name} ({value}) is not a multiple of model_parallel ({tp})",
                                        "MindFormers splits the attention heads evenly over model_parallel"))
-    return issues + _moe_issues(source) + _tying_issues(source)
+    return issues + _build_issues(source, heads, kv_heads) + _moe_issues(source) + _tying_issues(source)
+
+
+def _build_issues(source: Source, heads: int | None, kv_heads: int | None) -> list[ConfigIssue]:
+    """Attention keys MindFormers 1.9's mcore build stops on (read from its source, and seen on CPU)."""
+    issues = []
+    hidden = _count(model_value(source, "hidden_size"))
+    if hidden and heads and not model_value(source, "multi_latent_attention") and hidden % heads:
+        # Attention.__init__ checks this whatever head_dim says (transformer/attention.py)
+        issues.append(source.issue((*MODEL, "hidden_size"), f"hidden_size ({hidden}) is not a multiple of "
+                                   f"num_attention_heads ({heads}), even with head_dim set (MindFormers' attention "
+                                   "stops: \"'hidden_size' must be a multiple of 'num_heads'\")",
+                                   "make hidden_size a multiple of num_attention_heads"))
+    if str(model_value(source, "rotary_dtype")).lower() == "float16":
+        # GPTModel.__init__ (base_models/gpt/gpt_model.py)
+        issues.append(source.issue((*MODEL, "rotary_dtype"), "MindFormers' GPT models refuse a float16 rotary "
+                                   "embedding (\"rotary_dtype `float16` is not supported now.\")",
+                                   "use float32, MindFormers' default"))
+    if model_value(source, "use_flash_attention") is False and heads and kv_heads and kv_heads < heads:
+        # Attention._repeat_kv reads the key as (batch, heads, seq, dim); the layer holds (seq, batch, heads, dim)
+        issues.append(source.issue((*MODEL, "use_flash_attention"), f"without flash attention MindFormers repeats "
+                                   f"the {kv_heads} key/value heads for the {heads} query heads as if they were laid "
+                                   "out (batch, heads, seq, dim), while its layer holds them (seq, batch, heads, "
+                                   "dim): the compile stops on BatchMatMul's shapes",
+                                   "set use_flash_attention: True, or num_key_value_heads equal to "
+                                   "num_attention_heads"))
+    return issues
 
 
 def _group_issues(source: Source, experts: int | None, top_k: int | None) -> list[ConfigIssue]:
