@@ -14,10 +14,9 @@ import pytest
 from mf_memopt import apply_plan, load_plan
 from mf_memopt.config.errors import ConfigError
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
 from mcore_differential import build, document, marks  # noqa: E402
 
-pytestmark = pytest.mark.mindspore
 
 
 def _state(network) -> dict[str, tuple[int, dict]]:

@@ -25,7 +25,6 @@ from mf_memopt.config.source import load_source
 from mf_memopt.estimate import Hardware, estimate_config
 from mf_memopt.estimate.report import parse_size
 
-pytestmark = pytest.mark.mindspore
 
 WHEEL = Path(importlib.util.find_spec("mindformers").origin).parents[1] / "configs"
 SHIPPED = ("qwen3/pretrain_qwen3_32b_4k.yaml", "telechat3/pretrain_telechat3_36b.yaml",

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytestmark = pytest.mark.mindspore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OFF = {"recompute": False, "select_recompute": False, "select_comm_recompute": False}
 
 

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import yaml
 
-pytestmark = pytest.mark.mindspore
 
 W2 = "feed_forward\\.w2"
 

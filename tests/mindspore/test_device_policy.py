@@ -18,9 +18,8 @@ from mf_memopt.config.device import device_of
 from mf_memopt.config.source import load_source
 from mf_memopt.estimate.check import device_runtime
 
-pytestmark = pytest.mark.mindspore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "llama_tiny.yaml"
 ASCEND_UNLOADABLE = "context.device_target is Ascend (MindFormers' default: context.device_target is not set), " \
                     "and this MindSpore cannot load it: Unsupported device target Ascend"

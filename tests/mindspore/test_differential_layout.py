@@ -18,7 +18,6 @@ from mindformers.parallel_core.training_graph.transformer import utils as layer_
 from mf_memopt import load_plan
 from mf_memopt.config.render import formative_lines
 
-pytestmark = pytest.mark.mindspore
 
 
 

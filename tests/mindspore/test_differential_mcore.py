@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.mindspore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAME = ("full recompute by per-stage count", "full recompute of every layer",
         "select recompute, default patterns, with full recompute", "select recompute by pattern dict",
         "select recompute of cells by list", "comm recompute", "op swap of an operator", "pipeline stages")

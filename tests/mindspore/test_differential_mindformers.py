@@ -15,7 +15,6 @@ from mindformers.modules import transformer
 
 from mf_memopt import apply_plan, load_plan
 
-pytestmark = pytest.mark.mindspore
 
 
 MARKS = ("recompute", "recompute_comm_op", "offload", "backward_prefetch")

@@ -18,9 +18,8 @@ import pytest
 
 from mf_memopt import load_plan
 
-pytestmark = pytest.mark.mindspore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import pipeline_twins  # noqa: E402  (the tests folder is not a package)

@@ -19,9 +19,8 @@ from mf_memopt.estimate.memory import stage_parameters
 from mf_memopt.estimate.spec import ParallelSpec, read_spec
 from mf_memopt.models import family_of
 
-pytestmark = pytest.mark.mindspore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODELS = ("qwen3", "qwen3_moe", "deepseek3")
 
 

@@ -21,7 +21,6 @@ from mf_memopt.estimate.budget import TEMPLATE_DEFAULT, device_budget
 from mf_memopt.estimate.memory import _backward_moment, shard_groups, stage_params
 from mf_memopt.estimate.spec import optimizer_spec
 
-pytestmark = pytest.mark.mindspore
 
 SHIPPED = ("qwen3/pretrain_qwen3_32b_4k.yaml", "qwen3_moe/pretrain_qwen3_30b_a3b_4k.yaml",
            "telechat3/pretrain_telechat3_36b.yaml", "deepseek3/pretrain_deepseek3_671b.yaml",

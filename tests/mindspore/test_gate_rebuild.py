@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.mindspore
 
 
 @pytest.fixture(scope="module")

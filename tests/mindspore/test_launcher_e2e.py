@@ -17,9 +17,8 @@ import yaml
 
 from mf_memopt.estimate.measure import CPU_PEAK
 
-pytestmark = pytest.mark.mindspore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WORK = Path()       # the module's own temporary directory (`_work`): nothing is written into the checkout
 # MindFormers' MFLossMonitor line: "{ Epoch:[  1/  1], step:[    3/   16], loss:[5.418386/5.512039], ..."
 LOSS = re.compile(r"step:\[\s*(\d+)/\s*(\d+)\], loss:\[([\d.]+)/")

@@ -16,9 +16,8 @@ import yaml
 
 from mf_memopt.estimate.measure import CPU_PEAK
 
-pytestmark = pytest.mark.mindspore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QWEN3 = ROOT / "configs" / "qwen3_tiny.yaml"
 LOSS = re.compile(r"step:\[\s*(\d+)/\s*\d+\], loss:\[([\d.]+)/")
 POOL_LOG = {"GLOG_v": "2", "MS_SUBMODULE_LOG_v": "{PRE_ACT:1}"}

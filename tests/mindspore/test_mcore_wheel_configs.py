@@ -15,7 +15,6 @@ from mf_memopt.config.errors import ConfigError
 from mf_memopt.estimate import estimate_config
 from mf_memopt.estimate.memory import stage_parameters
 
-pytestmark = pytest.mark.mindspore
 
 WHEEL = Path(importlib.util.find_spec("mindformers").origin).parents[1] / "configs"
 EXPLICIT = {"qwen3/pretrain_qwen3_32b_4k.yaml": (64, 4), "telechat3/pretrain_telechat3_36b.yaml": (64, 2)}

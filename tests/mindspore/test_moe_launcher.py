@@ -18,9 +18,8 @@ import yaml
 from mf_memopt.estimate import estimate_config
 from mf_memopt.estimate.measure import CPU_PEAK
 
-pytestmark = pytest.mark.mindspore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MOE = ROOT / "configs" / "qwen3_moe_tiny.yaml"
 DEEPSEEK = ROOT / "configs" / "deepseek3_tiny.yaml"
 LOSS = re.compile(r"step:\[\s*(\d+)/\s*\d+\], loss:\[([\d.]+)/")

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.mindspore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = str(ROOT / "scripts" / "msrun_launcher.sh")
 CASE3 = str(ROOT / "configs" / "swap_case3_op_swap.yaml")
 STEP = re.compile(r"step:\[\s*(\d+)/\s*\d+\], loss:\[")

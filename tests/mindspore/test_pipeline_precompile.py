@@ -23,9 +23,8 @@ from mf_memopt.runner import msrun_command
 from mf_memopt.runtime.session import stage_of
 from mf_memopt.verify.pipeline import compile_env, stage_layers
 
-pytestmark = pytest.mark.mindspore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HARNESS = ROOT / "tests" / "pipeline_precompile.py"
 
 

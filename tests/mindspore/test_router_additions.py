@@ -21,9 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytestmark = pytest.mark.mindspore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = {"deepseek3": ROOT / "configs" / "deepseek3_tiny.yaml", "qwen3_moe": ROOT / "configs" / "qwen3_moe_tiny.yaml"}
 FULL = {"recompute": True, "select_recompute": False, "select_comm_recompute": False}
 STEPS = 3

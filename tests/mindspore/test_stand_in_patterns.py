@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytestmark = pytest.mark.mindspore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LOSS = re.compile(r"step:\[\s*(\d+)/\s*\d+\], loss:\[([\d.]+)/")
 
 

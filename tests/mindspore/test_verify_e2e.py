@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytestmark = pytest.mark.mindspore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRAINABLE = sorted(path.relative_to(ROOT).as_posix() for path in (ROOT / "configs").glob("*.yaml"))
 
 

@@ -26,9 +26,8 @@ from mf_memopt.runtime.errors import LaunchError
 from mf_memopt.verify import check, pipeline
 from mf_memopt.verify.ir import find_validate_ir
 
-pytestmark = pytest.mark.mindspore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 _NODE = re.compile(r"^\s+%\d+\(")
 _SCOPE = re.compile(r"# Fullname with scope: \((.*)\)")
 

@@ -11,7 +11,7 @@ from fakes import all_prims, llama_model, marks
 
 from mf_memopt import ConfigError, apply_plan, load_plan
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def _plan(num_layers=4, recompute=None, swap=None):

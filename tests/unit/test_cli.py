@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mf_memopt.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CASE3 = "configs/swap_case3_op_swap.yaml"
 
 

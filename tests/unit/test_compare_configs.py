@@ -22,7 +22,7 @@ from mf_memopt.config.load import load_plan
 from mf_memopt.config.source import load_source
 
 NAN, INF = float("nan"), float("inf")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LLAMA = ROOT / "configs" / "llama_tiny.yaml"
 QWEN3 = ROOT / "configs" / "qwen3_tiny.yaml"
 INT2_MLP = ROOT / "configs" / "compress_int2_mlp.yaml"

@@ -18,7 +18,7 @@ from children import only_child
 from full_disk import fill, full_disk_env
 from mf_memopt.runtime import supervise
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "llama_tiny.yaml"
 PREFIX = "run_mindformer_memopt.py: "
 

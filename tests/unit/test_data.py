@@ -10,7 +10,7 @@ from mf_memopt.config.errors import ConfigError
 from mf_memopt.config.source import parse_yaml
 from mf_memopt.runtime.data import main, synthetic_tokens, token_spec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.mindspore                       # the runtime's tokens are NumPy arrays, which come with MindSpore

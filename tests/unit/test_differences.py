@@ -13,7 +13,7 @@ import yaml
 from mf_memopt import load_plan
 from mf_memopt.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _rules(plan) -> list[str]:

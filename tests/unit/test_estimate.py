@@ -20,7 +20,7 @@ from mf_memopt.models.llama import LLAMA
 from mf_memopt.models.llama.inventory import layer_inventory, layer_ops
 from mf_memopt.models.llama.spec import ffn_width
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MiB = 2**20
 
 # The shipped tiny Llama: b 2, s 256, h 256, n 4 (d 64), f 688, v 256, fp32.

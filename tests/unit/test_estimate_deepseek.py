@@ -17,7 +17,7 @@ from benchmarks.sweep_deepseek import generate as generate_deepseek
 from mf_memopt.cli import main
 from mf_memopt.estimate import estimate_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "deepseek3_tiny.yaml"
 
 

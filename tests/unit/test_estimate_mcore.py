@@ -66,7 +66,7 @@ def test_compressing_the_four_linears_frees_their_inputs_and_keeps_the_stored_by
 
     from mf_memopt.compress.methods import stored_bytes
 
-    data = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "qwen3_tiny.yaml").read_text())
+    data = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / "qwen3_tiny.yaml").read_text())
     data["recompute_config"] = {"recompute": False, "select_recompute": False, "select_comm_recompute": False}
     plain = tmp_path / "plain.yaml"
     plain.write_text(yaml.safe_dump(data, sort_keys=False))

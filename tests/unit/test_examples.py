@@ -12,7 +12,7 @@ import pytest
 
 from mf_memopt.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted(path.relative_to(ROOT) for path in (ROOT / "configs").rglob("*.yaml"))
 INVALID = sorted(path.relative_to(ROOT) for path in (ROOT / "tests" / "data" / "invalid").glob("*.yaml"))
 VALID = sorted(path.relative_to(ROOT) for path in (ROOT / "tests" / "data" / "valid").glob("*.yaml"))

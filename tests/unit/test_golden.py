@@ -12,7 +12,7 @@ import pytest
 
 from mf_memopt.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
 
 

@@ -134,7 +134,7 @@ def test_auto_plans_a_config_that_inherits_and_writes_its_bases_relative_to_the_
     planned YAML names its base relative to where it is written."""
     from mf_memopt.cli import main
 
-    tiny = (Path(__file__).resolve().parents[1] / "configs/llama_tiny.yaml").read_text()
+    tiny = (Path(__file__).resolve().parents[2] / "configs/llama_tiny.yaml").read_text()
     _files(tmp_path, {"bases/tiny.yaml": tiny,
                       "runs/child.yaml": "base_config: ../bases/tiny.yaml\nrecompute_config:\n  recompute: True\n"})
     out = tmp_path / "planned" / "deeper" / "auto.yaml"
@@ -153,7 +153,7 @@ def test_the_trainer_config_made_from_one_reading_is_mindformers_own(config, tmp
     MindFormers reads from the file itself (base_config merged, template applied)."""
     from mf_memopt.runtime.build import mindformers_config, read_config
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     if config == "child":
         _files(tmp_path, {"base.yaml": (root / "configs/llama_tiny.yaml").read_text(),
                           "run/child.yaml": "base_config: ../base.yaml\nrecompute_config:\n  recompute: True\n"})

@@ -7,7 +7,7 @@ from pathlib import Path
 from mf_memopt.config import keytable
 from mf_memopt.config.schema import load_schema
 
-DOC = Path(__file__).resolve().parents[1] / keytable.DOC
+DOC = Path(__file__).resolve().parents[2] / keytable.DOC
 
 
 def test_the_committed_key_table_is_the_one_the_schemas_write():

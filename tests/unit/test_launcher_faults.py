@@ -17,7 +17,7 @@ from mf_memopt.config.source import parse_yaml
 from mf_memopt.models.llama.backend import backend_issues
 from mf_memopt.runtime.outputs import OutputError, check_output_dir, write_report
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "llama_tiny.yaml"
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "mf_memopt"
+PACKAGE = Path(__file__).resolve().parents[2] / "mf_memopt"
 LATER_STAGES = ("mf_memopt.apply", "mf_memopt.runtime", "mf_memopt.verify", "mf_memopt.estimate", "mf_memopt.auto")
 MINDSPORE = ("mindspore", "mindformers")
 

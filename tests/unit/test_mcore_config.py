@@ -16,7 +16,7 @@ from mf_memopt.models import family_of
 from mf_memopt.models.llama import LLAMA
 from mf_memopt.models.mcore import MCORE
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QWEN3 = ROOT / "configs" / "qwen3_tiny.yaml"
 
 

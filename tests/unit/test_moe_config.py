@@ -11,7 +11,7 @@ import yaml
 from mf_memopt import load_plan
 from mf_memopt.config.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QWEN3_MOE = ROOT / "configs" / "qwen3_moe_tiny.yaml"
 DEEPSEEK = ROOT / "configs" / "deepseek3_tiny.yaml"
 

@@ -16,7 +16,7 @@ from full_disk import fill, full_disk_env
 from mf_memopt.runtime import claim as claims
 from mf_memopt.runtime.claim import NoRoom, OutputInUse, check_room, claim_output_dir
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "llama_tiny.yaml"
 
 

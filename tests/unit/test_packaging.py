@@ -14,7 +14,7 @@ from pathlib import Path
 
 from wheel_contents import missing_files
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _build_wheel(tmp_path: Path) -> Path:

@@ -11,7 +11,7 @@ import pytest
 from mf_memopt import ConfigError, load_plan
 from mf_memopt.config.render import formative_lines
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def _doc(num_layers=4, stages=1, recompute=None, swap=None, **model):

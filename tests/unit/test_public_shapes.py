@@ -13,7 +13,7 @@ import pytest
 from mf_memopt import load_plan
 from mf_memopt.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHAPES = ROOT / "tests" / "data" / "public_shapes"
 
 # name -> (what the YAML has, the same YAML without the cause): both plan alike

@@ -12,7 +12,7 @@ import yaml
 
 from mf_memopt.runner import ChildFailed, child_command, compile_graph, train, yaml_dataset
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "llama_tiny.yaml"
 
 

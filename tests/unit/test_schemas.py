@@ -9,7 +9,7 @@ from jsonschema import Draft202012Validator
 
 from mf_memopt.config.schema import SCHEMA_NAMES, load_schema, model_schemas
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SECTION_SCHEMAS = ("recompute_config", "swap_config")
 ALL_SCHEMAS = (*SCHEMA_NAMES, *model_schemas())
 
