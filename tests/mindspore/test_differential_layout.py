@@ -9,7 +9,6 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import mindspore as ms
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mindformers.modules import transformer

@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 
 CHECK = Path(__file__).resolve().parents[1] / "mcore_kernel_check.py"

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from mf_memopt.config.source import parse_yaml
 from mf_memopt.runtime import environment
 from mf_memopt.runtime.errors import LaunchError
 from mf_memopt.runtime.outputs import worker_output
@@ -24,17 +23,6 @@ def test_the_log_prefix_and_the_worker_directory_name_the_same_rank(monkeypatch,
     directory = worker_output(Path("out"), use_parallel=False)
     assert "mf_memopt[rank 1]" in capsys.readouterr().out
     assert directory == Path("out/worker_1")
-
-
-@pytest.mark.mindspore
-def test_pipeline_configs_on_cpu_are_refused_with_an_error_not_a_process_exit():
-    from mf_memopt.runtime.session import preflight
-
-    source = parse_yaml("context:\n  device_target: CPU\nmodel:\n  model_config:\n    num_layers: 4\n"
-                        "parallel_config:\n  pipeline_stage: 2\n", "pp.yaml")
-    with pytest.raises(LaunchError, match="pipeline_stage is 2: MindSpore's CPU backend cannot compile pipeline "
-                                          "parallelism"):
-        preflight(source)
 
 
 def test_pipeline_configs_on_ascend_need_the_distributed_launcher():
@@ -57,20 +45,6 @@ def test_use_parallel_without_a_launcher_is_an_error_not_a_process_exit(monkeypa
     monkeypatch.delenv("RANK_TABLE_FILE", raising=False)
     with pytest.raises(LaunchError, match="needs a distributed launcher"):
         _require_launcher()
-
-
-@pytest.mark.mindspore
-def test_checking_the_device_sets_nothing_and_never_falls_back():
-    import mindspore as ms
-
-    from mf_memopt.config.device import device_of
-    from mf_memopt.runtime.device import require_loadable
-
-    before = ms.get_context("device_target")
-    require_loadable(device_of(parse_yaml("context:\n  device_target: CPU\n", "c.yaml")))
-    with pytest.raises(LaunchError, match="context.device_target is Ascend, and this MindSpore cannot load it"):
-        require_loadable(device_of(parse_yaml("context:\n  device_target: Ascend\n", "a.yaml")))
-    assert ms.get_context("device_target") == before
 
 
 def test_verify_takes_a_pipeline_config_on_ascend_to_its_msrun_workers(monkeypatch, tmp_path):

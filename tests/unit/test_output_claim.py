@@ -84,37 +84,6 @@ def test_a_full_disk_is_one_short_answer_naming_the_directory(tmp_path):
                                 "left on device)")
 
 
-def _wait_for_holder(lock: Path, run: subprocess.Popen, timeout: float = 300) -> None:
-    """Until `run` holds `lock`: the holder's name is written after the flock is taken, so once the file names the
-    run, the lock is held."""
-    deadline = time.monotonic() + timeout
-    while not (lock.is_file() and lock.read_text().startswith(f"process {run.pid}, ")):
-        assert run.poll() is None, f"the first run ended (exit {run.returncode}) before it held {lock}"
-        assert time.monotonic() < deadline, f"the first run did not hold {lock} within {timeout:.0f} s"
-        time.sleep(0.05)
-
-
-@pytest.mark.mindspore
-def test_the_second_of_two_runs_on_one_directory_stops_and_the_first_keeps_its_work(tmp_path):
-    output = tmp_path / "out"
-    dataset = ["--train_dataset_dir", str(tmp_path / "tokens.mindrecord")]
-    first = subprocess.Popen(_command(TINY, output, *dataset), cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-    _wait_for_holder(output / ".mf_memopt.rank0.lock", first)
-    began = time.monotonic()
-    second = subprocess.run(_command(TINY, output, *dataset), cwd=tmp_path, env=_env(), capture_output=True,
-                            text=True, timeout=300)
-    assert second.returncode == 1 and time.monotonic() - began < 15
-    assert second.stderr.splitlines()[-1].startswith(f"run_mindformer_memopt.py: output directory {output} is in "
-                                                     f"use by another run (process {first.pid}, started ")
-    assert "Set select" not in second.stdout
-    out, err = first.communicate(timeout=600)
-    assert first.returncode == 0, err[-3000:]
-    checkpoints = sorted(path.name for path in (output / "checkpoint" / "rank_0").glob("*.ckpt"))
-    assert checkpoints == ["llama_tiny_rank_0-1_16.ckpt", "llama_tiny_rank_0-1_8.ckpt"]
-    assert "2 checkpoint(s)" in out.splitlines()[-1]
-
-
 def test_a_released_directory_is_free_even_while_a_process_forked_from_the_run_lives(tmp_path):
     """MindSpore's dataset workers and other helpers are forked from the training process and inherit the lock's
     file; the run's end must free the directory all the same."""
