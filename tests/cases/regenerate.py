@@ -1,16 +1,20 @@
-"""Rewrite the golden plans after an intended change: `python tests/golden/regenerate.py`.
+"""Rewrite every golden case's plan.json and peak.json after an intended change: `python tests/cases/regenerate.py`.
 
-Review the diff before committing it: the golden files are the expected behaviour.
+Review the diff before committing it: the golden files are the expected behaviour. A new case is a folder
+tests/cases/<family>/<case>/ with its config.yaml, or a case.json naming a config shipped under configs/
+(tests/golden_cases.py).
 """
 
-import json
+import sys
 from pathlib import Path
 
-from mf_memopt import load_plan
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: golden_cases.py
+from golden_cases import ROOT, cases, dump, family_of_case, peaks_of, plan_of  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-
-for config in sorted((ROOT / "configs").rglob("*.yaml")):
-    golden = ROOT / "tests" / "golden" / (config.relative_to(ROOT / "configs").as_posix().replace("/", "__")[:-5] + ".json")
-    golden.write_text(json.dumps(load_plan(config.relative_to(ROOT)).to_dict(), indent=2, sort_keys=True) + "\n")
-    print(golden.relative_to(ROOT))
+for case in cases():
+    if family_of_case(case) != case.family:
+        sys.exit(f"{case.name}: the config is a {family_of_case(case)} model: move the case to "
+                 f"tests/cases/{family_of_case(case)}/")
+    for name, value in (("plan.json", plan_of(case)), ("peak.json", peaks_of(case))):
+        (case.folder / name).write_text(dump(value))
+        print((case.folder / name).relative_to(ROOT))
