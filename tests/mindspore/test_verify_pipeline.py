@@ -6,7 +6,7 @@ rank saves its IR in its own directory and writes its apply report), the tiny De
 layer) in one process. The graphs are then laid out as the ranks of a pipeline job hold them: rank r keeps the
 nodes of the layers its stage holds (and of no other layer; the MTP layer on the last stage), as MindSpore's
 pipeline split leaves a stage's graph. Which layers a stage holds is written out here as MindFormers assigns them
-(measured in tests/test_pipeline_precompile.py), not computed by the code under test.
+(measured in tests/mindspore/test_pipeline_precompile.py), not computed by the code under test.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`compare` before any training: what a candidate may change, what it must keep, and how a drift is narrowed down.
 
 The bisection's search is tested with a stand-in for the training child whose drift is a known function of the
-quantised uses it is given; `tests/test_compare_e2e.py` trains real runs.
+quantised uses it is given; `tests/mindspore/test_compare_e2e.py` trains real runs.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The one child runner (`mf_memopt.runner`): how a training or compile child is started, and how it fails.
 
-A training child that finishes is exercised by `estimate --measure` and `compare` (tests/test_step_forms.py,
-tests/test_compare_configs.py); here, what every caller gets when a child does not."""
+A training child that finishes is exercised by `estimate --measure` and `compare` (tests/mindspore/test_step_forms.py,
+tests/unit/test_compare_configs.py); here, what every caller gets when a child does not."""
 
 from __future__ import annotations
 
