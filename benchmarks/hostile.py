@@ -5,7 +5,7 @@
     python benchmarks/hostile.py --baseline 09e95cc   # also the package as it was at a git revision
     python benchmarks/hostile.py --only regex         # the inputs whose name contains "regex"
 
-Each input of `tests/test_hostile_inputs.py` is written to a file and given to
+Each input of `tests/unit/test_hostile_inputs.py` is written to a file and given to
 `python -m mf_memopt COMMAND FILE` in a fresh process (at most 30 s and 4 GiB of address space);
 the table shows, per input, the outcome of each command (validate/plan/estimate: ok = exit 0,
 err = a clean error, TRACEBACK, HANG = killed after 30 s, KILLED = out of memory), and the

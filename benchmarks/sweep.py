@@ -142,7 +142,7 @@ class SweepConfig:
         return path
 
 
-# The configs the tests pin (tests/test_estimate_mixed.py): the Llama of the estimator's known
+# The configs the tests pin (tests/unit/test_estimate_mixed.py): the Llama of the estimator's known
 # mixed-precision gap (4 layers, hidden 512, seq 256, batch 4, vocab 1024) with MindFormers'
 # default dtypes under each recompute form, and the two other float16/float32 mixes.
 _PINNED_SHAPE = {"num_layers": 4, "hidden_size": 512, "num_heads": 8, "seq_length": 256, "batch_size": 4,

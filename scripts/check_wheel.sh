@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the wheel, install it (not editable) into a clean virtual environment, run the CLI's
 # config commands (validate, plan, estimate) on a shipped config from outside the checkout, and
-# run the fast test tier (`-m "not mindspore"`) against the installed wheel, without MindSpore.
+# run the fast test tier (`-m "not mindspore"`: tests/unit/, and tests/mindspore/ not collected) against the
+# installed wheel, without MindSpore.
 #
 # The clean environment gets the wheel and the libraries those commands import (PyYAML,
 # jsonschema), pinned to the versions in .venv and taken from pip's cache. It does not get

@@ -5,20 +5,31 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("GLOG_v", "3")  # keep MindSpore quiet
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/fakes.py
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/: the shared helpers (fakes.py, children.py, ...)
 # benchmarks/ (the sweep's records) is imported from the checkout; appended, so that an installed mf_memopt
 # (scripts/check_wheel.sh runs this tier against the wheel) is not shadowed by the checkout's.
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-_WHOLE_MODULE_MARK = "pytestmark = pytest.mark.mindspore"
+# The tier is the folder: everything under tests/mindspore/ compiles, trains or imports MindSpore/MindFormers.
+MINDSPORE_TIER = Path(__file__).resolve().parent / "mindspore"
+
+
+def _in_mindspore_tier(path: Path) -> bool:
+    return path == MINDSPORE_TIER or MINDSPORE_TIER in path.parents
 
 
 def pytest_ignore_collect(collection_path, config):
-    """Under `-m "not mindspore"`, a module marked `mindspore` as a whole is every test deselected: it is not
-    imported at all, so the fast tier runs where MindSpore (and its NumPy) is not installed."""
-    if collection_path.suffix != ".py" or "not mindspore" not in (config.option.markexpr or ""):
-        return None
-    return True if _WHOLE_MODULE_MARK in collection_path.read_text(encoding="utf-8") else None
+    """Under `-m "not mindspore"`, tests/mindspore/ is not collected at all (none of its modules is imported), so
+    the fast tier runs where MindSpore (and its NumPy) is not installed."""
+    if "not mindspore" in (config.option.markexpr or "") and _in_mindspore_tier(Path(collection_path).resolve()):
+        return True
+    return None
+
+
+def pytest_itemcollected(item):
+    """Every test under tests/mindspore/ carries the `mindspore` marker (what `-m` selects on)."""
+    if _in_mindspore_tier(Path(item.path).resolve()):
+        item.add_marker(pytest.mark.mindspore)
 
 
 @pytest.fixture(autouse=True, scope="module")

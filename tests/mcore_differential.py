@@ -6,7 +6,7 @@ applied its plan}}}.
     python tests/mcore_differential.py [--model qwen3|telechat3|qwen3_moe] [CASE ...]
     python tests/mcore_differential.py --params MODEL ...     # trainable parameters per layer, as built
 
-Run by tests/test_differential_mcore.py in a child process (an mcore build switches MindFormers'
+Run by tests/mindspore/test_differential_mcore.py in a child process (an mcore build switches MindFormers'
 process-wide context). Swap is written in MindFormers' own spelling (`model_config: {swap, layer_swap,
 op_swap}`), which is what MindFormers reads for these models; recompute in the top-level section.
 """

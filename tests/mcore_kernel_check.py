@@ -2,7 +2,7 @@
 
     python tests/mcore_kernel_check.py      # prints one JSON line: {check name: [error, tolerance], ...}
 
-Run by tests/test_mcore_kernels.py in a child process: building an mcore model switches MindFormers'
+Run by tests/mindspore/test_mcore_kernels.py in a child process: building an mcore model switches MindFormers'
 process-wide context to mcore, which the other tests must not inherit.
 
 1. RmsNorm (y, rstd, d x, d gamma against the analytic backward); Outer; the embedding (forward, and the

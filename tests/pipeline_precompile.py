@@ -1,6 +1,6 @@
 """One msrun worker of a pipeline config, taken along the launcher's Ascend path up to MindSpore's compile entry.
 
-Run by tests/test_pipeline_precompile.py under msrun on this machine's CPU (`python pipeline_precompile.py CONFIG
+Run by tests/mindspore/test_pipeline_precompile.py under msrun on this machine's CPU (`python pipeline_precompile.py CONFIG
 OUT_DIR`). The run is the launcher's `session.prepare` and `train.train` step by step, with two differences:
 the launcher's checks, which refuse a pipeline config on CPU, are not called (`session.assemble` instead of
 `session.prepare`); and MindSpore's device is the CPU (the only one here) while the build, the plan and

@@ -10,7 +10,7 @@ A twin is made by `twin()` from the shipped file itself, so it follows MindForme
 tensor, expert and data parallelism become 1 (one process builds it); the pipeline stages, the micro-batches, the
 interleave and scheduler, the offsets, the MTP layers, the dense first layers, `recompute_config` and `swap_config`
 stay. The layer count shrinks to the fewest layers that keep every offset valid (each stage chunk keeps at least
-one layer). Run by tests/test_differential_twins.py in a child process (a build switches MindFormers'
+one layer). Run by tests/mindspore/test_differential_twins.py in a child process (a build switches MindFormers'
 process-wide context).
 """
 

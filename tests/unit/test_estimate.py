@@ -1,0 +1,251 @@
+"""The memory estimator: formulas on hand-computed cases, and the plan's effects one at a time."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from mf_memopt import load_plan
+from mf_memopt.cli import main
+from mf_memopt.estimate import Hardware, estimate_config
+from mf_memopt.estimate.effects import layer_effect
+from mf_memopt.estimate.memory import in_flight, stage_parameters
+from mf_memopt.estimate.report import parse_size
+from mf_memopt.estimate.spec import ModelSpec, ParallelSpec
+from mf_memopt.estimate.transfer import swap_timeline
+from mf_memopt.models.llama import LLAMA
+from mf_memopt.models.llama.inventory import layer_inventory, layer_ops
+from mf_memopt.models.llama.spec import ffn_width
+
+ROOT = Path(__file__).resolve().parents[2]
+MiB = 2**20
+
+# The shipped tiny Llama: b 2, s 256, h 256, n 4 (d 64), f 688, v 256, fp32.
+TINY = ModelSpec(num_layers=4, hidden=256, heads=4, kv_heads=4, ffn=688, vocab=256, seq=256, batch=2,
+                 compute_bytes=4, param_bytes=4, softmax_bytes=4, flash_attention=False)
+BSH, BSF = 2 * 256 * 256, 2 * 256 * 688
+S_NONE = 4 * (2 * 4 * 256 * 256 + 5 * BSF + 8 * BSH + 4 * BSH + 2 * 2 * 256)  # e(bns^2 + 5bsf + 8bsh + 4bsnd + 2bs)
+
+
+def _effects(recompute=None, swap=None, num_layers=4, model=TINY):
+    doc = {"model": {"model_config": {"num_layers": num_layers}}, "recompute_config": recompute or {},
+           "swap_config": swap or {}}
+    plan = load_plan(doc)
+    inventory, ops = layer_inventory(model, ParallelSpec(), "cpu"), layer_ops(model, ParallelSpec())
+    return [layer_effect(layer, inventory, ops, LLAMA.cell_outputs) for layer in plan.layers]
+
+
+def _paths(effect, fate):
+    return sorted({item.saved.path for item in effect.tensors if item.fate == fate})
+
+
+@pytest.mark.parametrize(("hidden", "multiple_of", "intermediate", "multiplier", "width"), [
+    (4096, 256, None, None, 11008),      # Llama2-7B
+    (256, 16, None, None, 688),          # the shipped tiny model
+    (512, 16, None, None, 1376),
+    (4096, 256, 14000, None, 14000),
+    (4096, 256, None, 1.3, 14336),       # int(1.31 * 4h) -> int(2/3 .) -> round up to 256
+])
+def test_ffn_width_follows_mindformers(hidden, multiple_of, intermediate, multiplier, width):
+    assert ffn_width(hidden, multiple_of, intermediate, multiplier) == width
+
+
+def test_cpu_layer_inventory_adds_up_to_the_measured_formula():
+    inventory = layer_inventory(TINY, ParallelSpec(), "cpu")
+    assert sum(item.nbytes for item in inventory) == S_NONE == 15_437_824  # 14.72 MiB
+    named = {item.path for item in inventory}
+    assert {"feed_forward.w1.activation.silu", "feed_forward.mul", "attention.softmax", "add"} <= named
+
+
+def test_gqa_keeps_the_same_bytes_on_cpu():
+    # k and v are kept after being repeated to every head (attention.tile_kv), as measured.
+    inventory = layer_inventory(replace(TINY, kv_heads=2), ParallelSpec(), "cpu")
+    assert sum(item.nbytes for item in inventory) == S_NONE
+    assert "attention.tile_kv" in {item.path for item in inventory}
+
+
+def test_full_recompute_keeps_the_layer_output_and_the_early_norm_gradient():
+    effect = _effects({"recompute": [1]})[0]
+    assert effect.bytes("kept") == 2 * 4 * BSH
+    assert _paths(effect, "kept") == ["add", "attention_norm.square"]
+    assert effect.recompute_flops == sum(op.flops for op in layer_ops(TINY, ParallelSpec()))
+
+
+def test_cell_recompute_removes_what_is_made_inside_the_cell():
+    effect = _effects({"select_recompute": {"feed_forward": True}})[0]
+    assert effect.bytes("recomputed") == 5 * 4 * BSF
+    assert effect.bytes("kept") == S_NONE - 5 * 4 * BSF
+    assert _paths(effect, "recomputed") == ["feed_forward.mul", "feed_forward.w1.activation.silu",
+                                            "feed_forward.w1.matmul", "feed_forward.w3.matmul"]
+    assert effect.recompute_flops == 3 * 2 * 2 * 256 * 256 * 688   # w1, w3, w2
+
+
+def test_a_recomputed_cell_keeps_its_own_output():
+    """`feed_forward\\.w1` names the w1 Linear, whose output is the SiLU's: it stays kept (the next operator's
+    backward reads it), while the w1 matmul output and the SiLU backward's early sigmoid are rebuilt. Under
+    the whole `feed_forward` cell the SiLU output is inside, not the output, and is rebuilt."""
+    effect = _effects({"select_recompute": {"feed_forward\\.w1": True}})[0]
+    silu = {item.saved.what: item.fate for item in effect.tensors
+            if item.saved.path == "feed_forward.w1.activation.silu"}
+    assert silu == {"SiLU output (x * sigmoid(x))": "kept", "sigmoid(x) of the SiLU backward, run early": "recomputed"}
+    assert _paths(effect, "recomputed") == ["feed_forward.w1.activation.silu", "feed_forward.w1.matmul"]
+    assert effect.bytes("recomputed") == 2 * 4 * BSF
+    whole = _effects({"select_recompute": {"feed_forward": True}})[0]
+    assert all(item.fate == "recomputed" for item in whole.tensors
+               if item.saved.path == "feed_forward.w1.activation.silu")
+
+
+def test_primitive_recompute_saves_nothing_and_says_why():
+    effect = _effects({"select_recompute": True})[0]
+    assert effect.bytes("kept") == S_NONE and effect.recompute_flops == 0
+    assert effect.notes[0].startswith("select recompute `feed_forward\\.mul` names primitives: MindSpore makes no "
+                                      "recompute copy of them")
+
+
+def test_exclusion_keeps_its_tensor_inside_a_recomputed_cell():
+    effect = _effects({"select_recompute": ["feed_forward"], "select_recompute_exclude": ["feed_forward\\.mul"]})[0]
+    assert "feed_forward.mul" in _paths(effect, "kept")
+    assert effect.bytes("recomputed") == 4 * 4 * BSF
+
+
+def test_layer_swap_moves_every_tensor_and_op_swap_only_its_cell():
+    layer, op = _effects(swap={"swap": True, "layer_swap": [{"backward_prefetch": 3, "layers": [0]}],
+                               "op_swap": [{"op_name": "attention", "backward_prefetch": 7, "layers": [1]}]})[:2]
+    assert layer.bytes("swapped") == S_NONE and layer.prefetch_operators() == 3
+    assert _paths(op, "swapped") == ["attention.apply_rotary_emb.add", "attention.merger_head_transpose",
+                                     "attention.softmax", "attention.transpose"]
+    assert op.prefetch_operators() == 7
+
+
+def test_recompute_beats_swap_per_tensor_and_op_swap_beats_layer_swap():
+    effect = _effects({"select_recompute": {"feed_forward": [0]}},
+                      {"swap": True, "layer_swap": [{"backward_prefetch": 3, "layers": [0]}],
+                       "op_swap": [{"op_name": "attention", "backward_prefetch": "Auto", "layers": [0]}]})[0]
+    assert effect.bytes("recomputed") == 5 * 4 * BSF
+    assert effect.bytes("kept") == 0
+    prefetch = {item.saved.path: item.prefetch for item in effect.tensors if item.fate == "swapped"}
+    assert prefetch["attention.softmax"] == "Auto" and prefetch["add"] == 3
+    assert effect.prefetch_operators() == 1
+
+
+@pytest.mark.parametrize(("micro_batches", "chunks", "expected"), [
+    (8, 1, [4, 3, 2, 1]),        # 1F1B: pp - stage micro-batches in flight
+    (2, 1, [2, 2, 2, 1]),        # fewer micro-batches than stages
+    (8, 2, [5.5, 4.5, 3.5, 2.5]),  # interleaved: ((pp - s - 1) * 2 + (v - 1) * pp + 1) chunks, / v
+])
+def test_pipeline_in_flight_micro_batches(micro_batches, chunks, expected):
+    parallel = ParallelSpec(pipeline=4, micro_batches=micro_batches)
+    assert [in_flight(stage, parallel, chunks) for stage in range(4)] == expected
+
+
+def test_parameters_per_stage_and_rank():
+    llama2_7b = ModelSpec(num_layers=32, hidden=4096, heads=32, kv_heads=32, ffn=11008, vocab=32000, seq=4096,
+                          batch=1, compute_bytes=2, param_bytes=2, softmax_bytes=2, flash_attention=True)
+    per_layer = 4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096
+    assert llama2_7b.layer_params == per_layer == 202_383_360
+    assert stage_parameters(llama2_7b, ParallelSpec(pipeline=2), range(16), True, False) == 16 * per_layer + 32000 * 4096
+    assert stage_parameters(llama2_7b, ParallelSpec(pipeline=2), range(16, 32), False, True) == \
+        16 * per_layer + 4096 + 32000 * 4096
+    tensor_parallel = stage_parameters(llama2_7b, ParallelSpec(tensor=4, vocab_emb_dp=False), range(32), True, True)
+    assert tensor_parallel == 32 * ((per_layer - 2 * 4096) // 4 + 2 * 4096) + 2 * 32000 * 4096 // 4 + 4096
+
+
+def test_swap_timeline_by_hand():
+    # 1 ms of forward per layer, 2 ms to move each layer's 2 MB, release/prefetch 5 of 10 operators later.
+    hardware = Hardware(device_memory=2**30, tflops=1.0, host_gbps=1.0, operators_per_layer=10)
+    swap = {"swap": True, "layer_swap": [{"backward_prefetch": 5, "layers": True}]}
+    effects = _effects(swap=swap, num_layers=3)
+    scale = 2e6 / effects[0].bytes("swapped")
+    effects = [_scaled(effect, scale) for effect in effects]
+    transfers = swap_timeline(effects, [10**9] * 3, hardware)
+    ms = [(round(item.forward_stall_s * 1e3, 3), round(item.backward_stall_s * 1e3, 3)) for item in transfers]
+    assert ms == [(1.5, 1.0), (1.5, 1.0), (0.0, 0.0)]
+    assert [item.on_device_at_turn for item in transfers] == [False, False, True]
+
+
+def _scaled(effect, factor):
+    return replace(effect, tensors=tuple(replace(item, saved=replace(item.saved, nbytes=round(item.saved.nbytes
+                                                                                               * factor)))
+                                         for item in effect.tensors))
+
+
+def test_llama2_7b_estimate_by_stage():
+    result = estimate_config(ROOT / "configs/planning/llama2_7b_swap_pp2.yaml")
+    first, last = result.stages
+    params = 16 * 202_383_360 + 32000 * 4096
+    norms = 16 * 2 * 4096                       # below the parallel optimizer's threshold: whole on every device
+    local = (params - norms) // 4 + norms       # the parallel optimizer splits the rest over data parallel 4
+    assert first.peak.kind == "start of the backward"
+    assert first.peak.components["parameters"] == 2 * local
+    assert first.peak.components["gathered weights (parallel optimizer)"] == 2 * (params - local)
+    assert first.peak.components["accumulated gradients"] == 2 * params  # accu_grads: whole (level1)
+    assert first.peak.components["optimizer states"] == 8 * local        # fp32 moments, sharded like the weights
+    assert (first.in_flight, last.in_flight) == (2.0, 1.0)
+    assert first.fits and last.fits and first.host_bytes == 0 < last.host_bytes
+    assert last.traffic_bytes == 8 * 15 * result.layers[16].effect.bytes("swapped")  # the last layer stays
+
+
+@pytest.mark.parametrize("config", sorted(str(path.relative_to(ROOT)) for path in (ROOT / "configs").rglob("*.yaml")))
+def test_estimate_runs_on_every_shipped_config(config, capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(ROOT)
+    assert main(["estimate", config, "--png", str(tmp_path / "chart.png")]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1].startswith("training step: ")
+    assert out.splitlines()[3].split()[:4] == ["stage", "layers", "peak", "fits"]
+    assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_estimate_json_is_in_bytes_and_names_operators(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert main(["estimate", "configs/llama_tiny.yaml", "--json", "--runtime", "cpu"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    operators = {item["path"]: item for item in data["layers"][0]["operators"]}
+    assert operators["feed_forward.w1.activation.silu"]["bytes"] == 4 * BSF
+    assert operators["feed_forward.w1.activation.silu"]["fate"] == "recomputed"
+    assert data["stages"][0]["peak_bytes"] == sum(data["stages"][0]["components"].values())
+
+
+def test_too_small_a_device_does_not_fit(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert main(["estimate", "configs/planning/llama2_7b_swap_pp2.yaml", "--device-memory", "24GiB"]) == 0
+    rows = capsys.readouterr().out.splitlines()[4:6]
+    assert [row.split()[4] for row in rows] == ["NO", "NO"]   # stage, layers, peak (2 words), fits
+
+
+@pytest.mark.parametrize(("text", "nbytes"), [("64GiB", 64 * 2**30), ("32 GB", 32 * 10**9), ("512MiB", 512 * MiB),
+                                               ("1000", 1000)])
+def test_sizes(text, nbytes):
+    assert parse_size(text) == nbytes
+
+
+def test_bad_size_is_an_error(capsys):
+    assert main(["estimate", "configs/llama_tiny.yaml", "--device-memory", "lots"]) == 2
+    assert "not a size: 'lots'" in capsys.readouterr().err
+
+
+def test_missing_model_dimensions_are_listed(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert main(["estimate", "tests/data/valid/exclude_and_comm.yaml"]) == 1
+    errors = capsys.readouterr().err.splitlines()
+    assert [line.split(": ")[1] for line in errors] == [
+        "model.model_config.hidden_size", "model.model_config.num_heads", "model.model_config.seq_length",
+        "model.model_config.vocab_size"]
+    assert all(line.endswith("missing: the estimate needs it (set " + line.split(": ")[1] + ")") for line in errors)
+
+
+def test_the_cpu_estimate_says_when_the_runtime_differs_from_the_one_it_was_measured_on(monkeypatch):
+    """The CPU terms are MindSpore 2.9's runtime choices; another installed version gets one note pointing at
+    --measure, and the measured one none."""
+    from mf_memopt.estimate.versions import installed
+
+    monkeypatch.setattr(LLAMA.estimator, "cpu_measured_on", {"pyyaml": installed("pyyaml"), "pytest": installed("pytest")})
+    assert not any("measured on" in note for note in estimate_config(ROOT / "configs/llama_tiny.yaml",
+                                                                      runtime="cpu").notes)
+    monkeypatch.setattr(LLAMA.estimator, "cpu_measured_on", {"mindspore": "2.8.0", "pytest": installed("pytest")})
+    notes = estimate_config(ROOT / "configs/llama_tiny.yaml", runtime="cpu").notes
+    assert any("measured on mindspore 2.8.0" in note and "check the estimate with `estimate --measure`" in note
+               for note in notes)
+    assert not any("measured on" in note for note in estimate_config(ROOT / "configs/llama_tiny.yaml").notes)  # ascend
