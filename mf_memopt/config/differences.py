@@ -2,7 +2,7 @@
 
 Each difference is a rule with a reason (docs/configuration.md, "Where the marks differ from MindFormers");
 `validate` and `plan` print a note for each one a YAML meets, at the key it concerns. The differential tests
-(tests/test_differential_*.py, and tests/test_differential_twins.py on the tiny twins of the pipeline YAMLs
+(tests/mindspore/test_differential_*.py; test_differential_twins.py on the tiny twins of the pipeline YAMLs
 MindFormers ships) build the same model both ways and assert every mark equal except these.
 
 MindFormers 1.9's `LayerSetting.set_recompute` (parallel_core/training_graph/transformer/utils.py, used by the

@@ -47,11 +47,11 @@ Six things in MFTrainOneStepCell stop it from serving CPU training:
    `models/mcore/moe_kernels.py`) writes nothing in the forward and hands what it would add to the step as that
    Parameter's gradient; the step takes those gradients with the weights' and adds them after the optimizer, so
    the Parameters hold MindFormers' values at the end of each step, where the callbacks read them, and the losses
-   and trained parameters are bit-identical (tests/test_router_additions.py). Peaks: 93.59, 65.15 (30% less) and
-   74.46 MiB; configs/qwen3_moe_tiny.yaml (gbs_aux_loss): 63.31 -> 63.30 MiB without recompute, 36.75 -> 34.61
-   MiB with full recompute, 51.66 -> 51.64 MiB with `mlp`. The log says how many Parameters are added after the
-   optimizer. Within a step only the forward reads them (`fi_accu`, which MindFormers too reads before adding to
-   it), once: MindFormers resets gradient accumulation to 1 in stand-alone and data-parallel runs, the only ones
+   and trained parameters are bit-identical (tests/mindspore/test_router_additions.py). Peaks: 93.59, 65.15 (30%
+   less) and 74.46 MiB; configs/qwen3_moe_tiny.yaml (gbs_aux_loss): 63.31 -> 63.30 MiB without recompute, 36.75 ->
+   34.61 MiB with full recompute, 51.66 -> 51.64 MiB with `mlp`. The log says how many Parameters are added after
+   the optimizer. Within a step only the forward reads them (`fi_accu`, which MindFormers too reads before adding
+   to it), once: MindFormers resets gradient accumulation to 1 in stand-alone and data-parallel runs, the only ones
    CPU trains; its other readers are callbacks. Under any other training step the routers keep MindFormers' writes.
 
 Everything else (loss scaling, clip-grad, schedule-driven learning rate, local norms, outputs)

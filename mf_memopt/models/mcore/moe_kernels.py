@@ -40,7 +40,7 @@ fetching it pulled every recomputed layer's forward there (92.12 MiB with full r
 65.15). `fi_accu` is also read by the aux loss (`add_accu`, `CPUReadOnlyAdd`): that read passes no
 gradient to it, so the step's gradient for `fi_accu` is the addition alone; `fi_accu` is not
 trained, so no trained Parameter's gradient changes. Outputs, gradients and additions are
-bit-identical to MindFormers' router (tests/test_router_additions.py).
+bit-identical to MindFormers' router (tests/mindspore/test_router_additions.py).
 """
 
 from __future__ import annotations
