@@ -10,9 +10,7 @@ variant without recompute. On CPU the pool peak, not the process RSS, shows the 
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -23,9 +21,9 @@ import yaml
 
 from benchmarks.common import load_note, print_table, ratio
 from mf_memopt.estimate.measure import CPU_PEAK
+from mf_memopt.runner import ChildFailed, train
 
 REPO = Path(__file__).resolve().parent.parent
-LAUNCHER = REPO / "run_mindformer_memopt.py"
 DEFAULT_CONFIG = REPO / "configs" / "llama_tiny.yaml"
 BASELINE = "no recompute"
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -90,18 +88,13 @@ def write_variant(config: Path, section: dict[str, Any], target: Path) -> Path:
 
 
 def _launch(config: Path, steps: int, work: Path, *extra: str) -> str:
-    """Run the launcher with MindSpore's memory-pool report on; its whole output, or an error."""
-    env = {**os.environ, "GLOG_v": "2", "MS_SUBMODULE_LOG_v": "{PRE_ACT:1}",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-           "LOG_MF_PATH": str(work / "mindformers_log")}
-    command = [sys.executable, str(LAUNCHER), "--config", str(config), "--run_mode", "train",
-               "--train_steps", str(steps), "--output_dir", str(work / "output"), "--force",
-               "--train_dataset_dir", str(work / "tokens.mindrecord"), *extra]
-    done = subprocess.run(command, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{_tail(done.stdout)}")
-    return done.stdout
+    """Run the launcher with MindSpore's memory-pool report on (the package's one child runner); its whole output,
+    or an error."""
+    try:
+        return train(config, steps=steps, work=work, dataset=work / "tokens.mindrecord",
+                     extra=("--force", *extra), timeout=None).log
+    except ChildFailed as error:
+        raise RuntimeError(f"{config}: {error}") from error
 
 
 def parse_log(name: str, log: str) -> Result:

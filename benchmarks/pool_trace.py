@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import collections
 import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -52,15 +51,17 @@ def grouped(peak) -> list[tuple[int, int, str]]:
 
 
 def trace(config: Path, log: Path) -> None:
-    """Train `config` one step as `estimate --measure` does, with the allocation log on, into `log`."""
-    from mf_memopt.runner import child_command, child_environment
+    """Train `config` one step as `estimate --measure` does (the package's one child runner), with the allocation
+    log on, into `log`."""
+    from mf_memopt.runner import ChildFailed, train, yaml_dataset
 
-    with tempfile.TemporaryDirectory(prefix="mf_memopt_trace_") as tmp, log.open("w") as out:
-        env = child_environment("cpu", Path(tmp), allocation_log=True)
-        done = subprocess.run(child_command(config.resolve(), 1, Path(tmp) / "output"), cwd=tmp, env=env,
-                              stdout=out, stderr=subprocess.STDOUT)
-    if done.returncode != 0:
-        raise SystemExit(f"pool_trace: training {config} failed (exit {done.returncode}); see {log}")
+    with tempfile.TemporaryDirectory(prefix="mf_memopt_trace_") as tmp:
+        work = Path(tmp)
+        try:
+            train(config.resolve(), steps=1, work=work, dataset=yaml_dataset(config, work / "output"),
+                  allocation_log=True, log_file=log, timeout=None)
+        except ChildFailed as error:
+            raise SystemExit(f"pool_trace: {error}") from error
 
 
 def main(argv: list[str] | None = None) -> int:

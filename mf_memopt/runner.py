@@ -18,7 +18,7 @@ import re
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,19 +56,20 @@ class ChildRun:
 
 def train(config: Path, *, steps: int, work: Path, runtime: str = "cpu", dataset: Path | None = None,
           record: Path | None = None, allocation_log: bool = False, timeout: float | None = 3600,
-          log_file: Path | None = None) -> ChildRun:
+          log_file: Path | None = None, extra: Sequence[str] = ()) -> ChildRun:
     """Train `config` for `steps` steps with the launcher in a child running in `work`.
 
     `dataset`: the `--train_dataset_dir` to pass (none when None; `yaml_dataset` gives where the YAML reads).
     `record`: where the launcher writes its step record (`--record_steps`). `allocation_log` (CPU): the child also
     logs every pool allocation (`estimate.pool_log`). `log_file`: the child's output is written there, and a
-    failure names it."""
+    failure names it. `extra`: more launcher arguments (`--force`, `--register_path DIR`, ...)."""
     command = [*launcher_head(), "--config", str(config), "--run_mode", "train", "--train_steps", str(steps),
                "--output_dir", str(work / "output")]
     if record is not None:
         command += ["--record_steps", str(record)]
     if dataset is not None:
         command += ["--train_dataset_dir", str(dataset)]
+    command += list(extra)
     try:
         done = run_owned(command, cwd=work, env=child_environment(runtime, work, allocation_log=allocation_log),
                          timeout=timeout)
