@@ -295,6 +295,13 @@ def _auto(args: argparse.Namespace) -> int:
         print("auto: --measure trains the plan on this machine's CPU launcher: use it with --runtime cpu",
               file=sys.stderr)
         return 2
+    if args.profile and args.runtime != "cpu":
+        print("auto: --profile measures step times with this machine's CPU launcher: use it with --runtime cpu",
+              file=sys.stderr)
+        return 2
+    if args.rivals < 0:
+        print(f"auto: --rivals must be 0 or more, got {args.rivals}", file=sys.stderr)
+        return 2
     output = Path(args.output) if args.output else None
 
     margin = args.margin if args.margin is not None else (0.0 if args.measure else None)

@@ -27,6 +27,12 @@ MLP = Choice(select=("feed_forward",))
 BOTH = Choice(select=("feed_forward", "attention"))     # the family's order of its cells
 
 
+@pytest.fixture(autouse=True)
+def _no_user_profile(tmp_path, monkeypatch):
+    """A time profile cached in the user's directory would change what the cpu plans cost: none here."""
+    monkeypatch.setenv("MF_MEMOPT_CACHE", str(tmp_path / "cache"))
+
+
 def _table(config: Path, added: dict[str, float]) -> TimeTable:
     return TimeTable(key=shape_key(load_source(config)), layers=4, base_s=1.0, added_s={"keep": 0.0, **added},
                      source="test profile")
@@ -156,7 +162,6 @@ def test_measure_profiles_trains_rivals_and_keeps_the_fastest(capsys, tmp_path, 
     """End to end on a 2-layer, hidden-64 Llama: the profile is measured and cached, the plan is trained (the peak
     round, within the budget) and again with its nearest rival, and the kept plan holds the budget by measurement
     and is the one written."""
-    monkeypatch.setenv("MF_MEMOPT_CACHE", str(tmp_path / "cache"))
     data = yaml.safe_load(TINY.read_text())
     data["model"]["model_config"].update(num_layers=2, hidden_size=64, seq_length=128, num_heads=2)
     config = tmp_path / "tiny2.yaml"
