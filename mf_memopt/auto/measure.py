@@ -136,7 +136,7 @@ def measure_plan(config: str | Path, plan_for: Callable[[int], AutoPlan], budget
 
     rounds = measure_rounds(plan_for, budget, None, report=report, train=peak_of)
     plan = rounds[-1].plan
-    if rounds[-1].measured > budget or rivals <= 0:
+    if rounds[-1].measured > budget or rivals <= 0 or plan.empty:     # nothing recomputed: nothing is faster
         return rounds, plan, []
     space = PlanSpace(config, runtime="cpu", times=times)
     mine = tuple(option.choice for stage in plan.stages for option in stage.options)
