@@ -13,7 +13,8 @@ from mf_memopt.auto import auto_plan
 from mf_memopt.auto.choices import KEEP, Choice
 from mf_memopt.auto.measure import measure_time
 from mf_memopt.auto.space import PlanSpace, stage_assignments
-from mf_memopt.auto.timing import STEP_LINE, TimeTable, Trained, _step_times, load_table, profile, save_table, shape_key
+from mf_memopt.auto.timing import (STEP_LINE, TimeTable, Trained, _step_times, load_table, monotone, profile,
+                                   save_table, shape_key)
 from mf_memopt.cli import main
 from mf_memopt.config.source import load_source
 
@@ -68,7 +69,17 @@ def test_profile_measures_each_choice_against_keep():
     table = profile(load_source(TINY), 4, uniform, [KEEP, ATTENTION, MLP, BOTH, FULL], runs=2, train=train)
     assert table.seconds(FULL) == pytest.approx(0.10) and table.seconds(ATTENTION) == pytest.approx(0.075)
     assert table.seconds(MLP) == 0.0 and table.seconds(KEEP) == 0.0        # faster than keep: free, not negative
+    assert table.seconds(BOTH) == pytest.approx(0.09)
     assert order[:5] == order[5:] and len(set(order[:5])) == 5             # run 1 of every choice, then run 2
+    assert table.noise_s == pytest.approx(0.01 / 4) and "noise +-2.5 ms per layer" in table.source
+
+
+def test_a_larger_recompute_never_costs_less_than_what_it_contains():
+    """Noise can time full recompute below one cell's recompute; the profile then charges full recompute (and
+    both cells) at least the cell's time."""
+    choices = {"keep": KEEP, "a": ATTENTION, "f": MLP, "b": BOTH, "full": FULL}
+    fixed = monotone({"keep": 0.0, "a": 0.05, "f": 0.02, "b": 0.03, "full": 0.04}, choices)
+    assert fixed == {"keep": 0.0, "a": 0.05, "f": 0.02, "b": 0.05, "full": 0.05}
 
 
 def test_profile_cache_is_per_model_shape(tmp_path):

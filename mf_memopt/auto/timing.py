@@ -37,7 +37,7 @@ from .choices import Choice
 
 STEPS = 6                   # steps per run; the first (compile, warm-up) is not timed
 RUNS = 1                    # runs per choice, interleaved over the choices
-VERSION = 1
+VERSION = 2
 _IGNORED = ("recompute_config", "swap_config", "callbacks", "output_dir", "load_checkpoint", "src_strategy_path_or_dir",
             "train_dataset", "train_dataset_task", "generated_dataset", "eval_dataset", "eval_dataset_task")
 STEP_LINE = re.compile(r"mf_memopt stepclock: step (\d+) wall_ms ([\d.]+) cpu_ms ([\d.]+)")
@@ -67,6 +67,7 @@ class TimeTable:
     samples: dict[str, list[float]] = field(default_factory=dict)   # choice name -> every timed step (s)
     source: str = ""
     load: str = ""
+    noise_s: float = 0.0                    # the steps' spread per layer: choices closer than it are not told apart
 
     def seconds(self, choice: Choice) -> float:
         if choice.name not in self.added_s:
@@ -76,14 +77,16 @@ class TimeTable:
 
     def to_dict(self) -> dict:
         return {"version": VERSION, "key": self.key, "layers": self.layers, "base_s": self.base_s,
-                "added_s": self.added_s, "samples": self.samples, "source": self.source, "load": self.load}
+                "added_s": self.added_s, "samples": self.samples, "source": self.source, "load": self.load,
+                "noise_s": self.noise_s}
 
     @classmethod
     def from_dict(cls, data: dict) -> TimeTable:
         return cls(key=str(data["key"]), layers=int(data["layers"]), base_s=float(data["base_s"]),
                    added_s={str(k): float(v) for k, v in data["added_s"].items()},
                    samples={str(k): [float(x) for x in v] for k, v in data.get("samples", {}).items()},
-                   source=str(data.get("source", "")), load=str(data.get("load", "")))
+                   source=str(data.get("source", "")), load=str(data.get("load", "")),
+                   noise_s=float(data.get("noise_s", 0.0)))
 
 
 def shape_key(source: Source) -> str:
@@ -184,12 +187,31 @@ def profile(source: Source, layers: int, uniform: Callable[[Choice], str], choic
                        f"({time.perf_counter() - began:.0f} s run)")
             loads.append(load_average())
     base = statistics.median(samples["keep"])
-    added = {name: max(0.0, statistics.median(values) - base) / layers for name, values in samples.items()}
-    added["keep"] = 0.0
+    measured = {name: max(0.0, statistics.median(values) - base) / layers for name, values in samples.items()}
+    added = monotone(measured, by_name)
+    noise = statistics.median(_spread(values) for values in samples.values()) / layers
     return TimeTable(key=shape_key(source), layers=layers, base_s=base, added_s=added, samples=samples,
+                     noise_s=noise,
                      source=f"step-time profile measured here (every layer given each choice, {runs} run(s) x "
-                            f"{steps} steps)",
+                            f"{steps} steps; step noise +-{noise * 1e3:.1f} ms per layer)",
                      load="; ".join(loads))
+
+
+def monotone(added: dict[str, float], choices: dict[str, Choice]) -> dict[str, float]:
+    """Each choice costs at least what any choice it contains costs (full recompute contains every cell, both
+    cells each one, every choice keep): a recompute of more operators is never faster. Noise can measure a
+    larger recompute as cheaper; it then takes the larger of its contents' times."""
+    def contains(big: Choice, small: Choice) -> bool:
+        return big.full or (not small.full and set(small.select) <= set(big.select))
+
+    return {name: max(added[other] for other in added if contains(choices[name], choices[other]))
+            for name in added}
+
+
+def _spread(values: Sequence[float]) -> float:
+    """The median absolute deviation of a choice's timed steps."""
+    middle = statistics.median(values)
+    return statistics.median(abs(value - middle) for value in values)
 
 
 def _slug(name: str) -> str:
