@@ -36,7 +36,7 @@ from ..estimate.measure import CPU_PEAK, MeasureError, child_environment, datase
 from .choices import Choice
 
 STEPS = 6                   # steps per run; the first (compile, warm-up) is not timed
-RUNS = 1                    # runs per choice, interleaved over the choices
+RUNS = 2                    # runs per choice, interleaved (the run-to-run spread is large on a loaded machine)
 VERSION = 2
 _IGNORED = ("recompute_config", "swap_config", "callbacks", "output_dir", "load_checkpoint", "src_strategy_path_or_dir",
             "train_dataset", "train_dataset_task", "generated_dataset", "eval_dataset", "eval_dataset_task")
