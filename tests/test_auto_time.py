@@ -170,16 +170,18 @@ def test_time_loop_keeps_the_fastest_plan_that_holds_the_budget(tmp_path):
 
 @pytest.mark.mindspore
 def test_measure_profiles_trains_rivals_and_keeps_the_fastest(capsys, tmp_path, monkeypatch):
-    """End to end on a 2-layer, hidden-64 Llama: the profile is measured and cached, the plan is trained (the peak
+    """End to end on a 2-layer, hidden-128 Llama: the profile is measured and cached, the plan is trained (the peak
     round, within the budget) and again with its nearest rival, and the kept plan holds the budget by measurement
     and is the one written."""
     data = yaml.safe_load(TINY.read_text())
-    data["model"]["model_config"].update(num_layers=2, hidden_size=64, seq_length=128, num_heads=2)
+    data["model"]["model_config"].update(num_layers=2, hidden_size=128, seq_length=256, num_heads=2)
     config = tmp_path / "tiny2.yaml"
     config.write_text(yaml.safe_dump(data))
     out = tmp_path / "planned.yaml"
-    full_peak = PlanSpace(config).candidate((FULL, FULL)).peak
-    budget = full_peak + 4 * MiB
+    space = PlanSpace(config)
+    full_peak, none_peak = space.candidate((FULL, FULL)).peak, space.candidate((KEEP, KEEP)).peak
+    budget = (full_peak + none_peak) // 2 // MiB * MiB           # halfway: some layer recomputes, some keeps
+    assert full_peak < budget < none_peak
     assert main(["auto", str(config), "--runtime", "cpu", "--device-memory", f"{budget // MiB}MiB", "--measure",
                  "--rivals", "1", "--json", "--output", str(out)]) == 0
     captured = capsys.readouterr()
