@@ -114,6 +114,13 @@ def _auto_parser(commands) -> None:
     auto.add_argument("--measure", action="store_true",
                       help="cpu runtime: train 1 step of the plan, read the pool peak, and if it is over the budget "
                            "plan again for its predicted peak minus the excess (at most 3 rounds)")
+    auto.add_argument("--profile", action="store_true",
+                      help="cpu: price recompute by a measured step-time profile of this model shape (each choice "
+                           "trained on every layer; cached); --measure implies it. Without it a cached profile is "
+                           "used, else the FLOP model")
+    auto.add_argument("--rivals", type=int, default=2, metavar="N",
+                      help="with --measure: also train the N next-fastest plans the estimate calls feasible and keep "
+                           "the fastest that holds the budget (default 2; 0 keeps the search's plan)")
     auto.set_defaults(run=_auto)
 def _compare_parser(commands) -> None:
     from .compare import DEFAULT_TOLERANCE
@@ -288,23 +295,39 @@ def _auto(args: argparse.Namespace) -> int:
         print("auto: --measure trains the plan on this machine's CPU launcher: use it with --runtime cpu",
               file=sys.stderr)
         return 2
+    if args.profile and args.runtime != "cpu":
+        print("auto: --profile measures step times with this machine's CPU launcher: use it with --runtime cpu",
+              file=sys.stderr)
+        return 2
+    if args.rivals < 0:
+        print(f"auto: --rivals must be 0 or more, got {args.rivals}", file=sys.stderr)
+        return 2
     output = Path(args.output) if args.output else None
 
     margin = args.margin if args.margin is not None else (0.0 if args.measure else None)
     if args.balance:
         return _auto_balance(args, budget, host, margin, output)
 
+    times = None
+    timed: list = []
+    try:
+        if args.runtime == "cpu":
+            from .auto.space import cached_or_profiled
+
+            times = cached_or_profiled(args.config, measure=args.profile or args.measure,
+                                       report=lambda line: print(line, file=sys.stderr))
+    except MeasureError as error:
+        print(f"auto --profile: {error}", file=sys.stderr)
+        return 1
+
     def plan_for(target: int):
         return auto_plan(args.config, budget=target, runtime=args.runtime, host_budget=host,
                          hardware=Hardware(device_memory=target, tflops=args.tflops, host_gbps=args.host_bandwidth),
-                         output_name=str(output or args.config), margin=margin)
+                         output_name=str(output or args.config), margin=margin, times=times)
 
     try:
         if args.measure:
-            from .auto.measure import measure_rounds
-
-            rounds = measure_rounds(plan_for, budget, output, report=lambda line: print(line, file=sys.stderr))
-            result = rounds[-1].plan
+            rounds, result, timed = _measure(args, plan_for, budget, output, times)
         else:
             result = plan_for(budget)
     except MeasureError as error:
@@ -315,7 +338,7 @@ def _auto(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(infeasible_json(error), indent=2))
         return 1
-    if output and not args.measure:
+    if output and (not args.measure or timed):
         output.write_text(result.text, encoding="utf-8")
     if args.json:
         data = auto_json(result)
@@ -324,6 +347,8 @@ def _auto(args: argparse.Namespace) -> int:
             data["measure"] = [{"round": item.number, "planned_for_bytes": item.planned_for,
                                 "predicted_peak_bytes": item.predicted, "measured_peak_bytes": item.measured}
                                for item in rounds]
+            data["timed"] = [{"plan": item.name, "peaks_bytes": list(item.peaks), "median_step_seconds": item.median_s,
+                              "steps": len(item.step_s), "kept": item.plan is result} for item in timed]
         print(json.dumps(data, indent=2))
     else:
         print(auto_text(result))
@@ -334,11 +359,25 @@ def _auto(args: argparse.Namespace) -> int:
             verdict = "within" if last.measured <= budget else "over"
             print(f"measured after {len(rounds)} round(s): the plan made for {human(last.planned_for)} peaks at "
                   f"{human(last.measured)} in the memory pool, {verdict} the {human(budget)} budget")
+            for item in timed:
+                print(f"{'kept' if item.plan is result else 'rival'}: {item.name}: pool peak {human(item.peak)}, "
+                      f"median step {item.median_s * 1e3:.0f} ms over {len(item.step_s)} steps")
         print(f"written to {output}" if output else "(no --output: the YAML was not written)")
-    if args.measure and rounds[-1].measured > budget:
+    if args.measure and not timed and rounds[-1].measured > budget:
         print(f"auto: still over the budget after {len(rounds)} rounds", file=sys.stderr)
         return 1
     return 0
+
+
+def _measure(args: argparse.Namespace, plan_for, budget: int, output, times):
+    """--measure: the peak rounds, then the time loop (the plan and its nearest rivals trained, interleaved)."""
+    from .auto.measure import measure_plan
+
+    rounds, plan, timed = measure_plan(args.config, plan_for, budget, times, rivals=args.rivals,
+                                       report=lambda line: print(line, file=sys.stderr))
+    if output and not timed:
+        output.write_text(plan.text, encoding="utf-8")
+    return rounds, plan, timed
 
 
 def _auto_balance(args: argparse.Namespace, budget: int, host: float, margin: float | None, output) -> int:

@@ -20,6 +20,12 @@ LLAMA7B = ROOT / "configs/planning/llama2_7b_swap_pp2.yaml"
 MiB, GiB = 2**20, 2**30
 
 
+@pytest.fixture(autouse=True)
+def _no_user_profile(tmp_path, monkeypatch):
+    """A time profile cached in the user's directory would change what the cpu plans cost: none here."""
+    monkeypatch.setenv("MF_MEMOPT_CACHE", str(tmp_path / "cache"))
+
+
 def _tiny_uniform(tmp_path: Path, *, full: bool) -> int:
     """The cpu estimate of the tiny config with nothing (or every layer fully) recomputed, written by hand."""
     text = TINY.read_text()
@@ -50,16 +56,17 @@ def test_cpu_plan_is_printed_with_the_reference_plans(capsys, tmp_path):
     target = budget - round(budget * 0.05)
     assert lines[1] == (f"predicted peaks held to {human(target)}: the budget less a 5% margin for the estimator's "
                         "error (--margin 0 to plan to the budget itself; --measure checks by training)")
-    assert lines[3].split() == ["stage", "layers", "budget", "predicted", "peak", "host", "(swap)", "overhead",
+    assert lines[2] == "added time priced by the FLOP model at 150 TFLOPS: " + lines[2].split(": ")[1]
+    assert lines[4].split() == ["stage", "layers", "budget", "predicted", "peak", "host", "(swap)", "overhead",
                                 "nothing:", "peak", "overhead", "full", "recompute:", "peak", "overhead"]
     peak = estimate_config(out_file, runtime="cpu").stages[0].peak.peak
     assert full <= peak <= target
-    row = lines[4].split()
+    row = lines[5].split()
     assert row[:2] == ["0", "0-3"] and " ".join(row[2:4]) == human(budget) and " ".join(row[4:6]) == human(peak)
     assert row[6:8] == ["0", "B"] and 0.0 < float(row[8].rstrip("%")) < 33.3
     assert " ".join(row[9:11]) == human(nothing) and row[11] == "0.0%"
     assert " ".join(row[12:14]) == human(full) and row[14] == "33.3%"   # a forward more per forward + backward
-    assert lines[6].startswith("stage 0: 0") and "recompute" in lines[6] and lines[6].endswith(" keep")
+    assert lines[7].startswith("stage 0: 0") and "recompute" in lines[7] and lines[7].endswith(" keep")
     assert lines[-1] == f"written to {out_file}"
     written = yaml.safe_load(out_file.read_text())
     counts = written["recompute_config"]["recompute"]
@@ -185,6 +192,9 @@ def test_infeasible_json(capsys, tmp_path):
     (["--device-memory", "0MiB"], "auto: --device-memory: must be more than 0, got '0MiB'"),
     (["--device-memory", "1GiB", "--measure"],
      "auto: --measure trains the plan on this machine's CPU launcher: use it with --runtime cpu"),
+    (["--device-memory", "1GiB", "--profile"],
+     "auto: --profile measures step times with this machine's CPU launcher: use it with --runtime cpu"),
+    (["--device-memory", "1GiB", "--runtime", "cpu", "--rivals", "-1"], "auto: --rivals must be 0 or more, got -1"),
 ])
 def test_cli_errors(capsys, argv, message):
     assert main(["auto", str(TINY), *argv]) == 2
@@ -239,19 +249,6 @@ def test_measure_tightens_by_the_measured_excess_at_most_three_times(tmp_path):
                                f"pool peak {human(first.measured)}: over by {human(first.measured - 50 * MiB)}")
     assert rounds[-1].measured <= 50 * MiB and lines[-1].endswith("within the budget")
     assert (tmp_path / "out.yaml").read_text() == rounds[-1].plan.text
-
-
-@pytest.mark.mindspore
-def test_measure_trains_the_plan_and_stays_within_the_budget(capsys, tmp_path):
-    out_file = tmp_path / "measured.yaml"
-    assert main(["auto", str(TINY), "--device-memory", "45MiB", "--runtime", "cpu", "--measure",
-                 "--output", str(out_file)]) == 0
-    captured = capsys.readouterr()
-    rounds = [line for line in captured.err.splitlines() if line.startswith("round ")]
-    assert rounds and rounds[-1].endswith("within the budget")
-    measured = float(rounds[-1].split("measured pool peak ")[1].split(" MiB")[0])
-    assert measured <= 45
-    assert yaml.safe_load(out_file.read_text())["recompute_config"]["recompute"] != True  # noqa: E712
 
 
 def test_cpu_plans_keep_a_margin_for_the_estimators_error(capsys, tmp_path):

@@ -66,3 +66,93 @@ def measure_rounds(plan_for: Callable[[int], AutoPlan], budget: int, output: Pat
             # The plan landed at its predicted peak (at most the target): the excess is counted from there.
             target = min(target, rounds[-1].predicted) - (measured - budget)
     return rounds
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Timed:
+    """A plan trained for its step time: every run's pool peak and timed steps."""
+
+    plan: AutoPlan
+    name: str
+    peaks: tuple[int, ...]
+    step_s: tuple[float, ...]
+
+    @property
+    def peak(self) -> int:
+        return max(self.peaks)
+
+    @property
+    def median_s(self) -> float:
+        import statistics
+
+        return statistics.median(self.step_s)
+
+
+def measure_time(plans: list[tuple[str, AutoPlan]], budget: int, work: Path, report: Callable[[str], None],
+                 runs: int = 2, train=None, first: dict[int, object] | None = None) -> tuple[int, list[Timed]]:
+    """Train each plan `runs` times, the plans interleaved (run 1 of every plan, then run 2, ...); a plan's time is
+    the median of all its timed steps. Returns the index of the fastest plan whose measured pool peak holds the
+    budget (else the one with the lowest peak) and every plan's measurement. `first[i]`, when given, is plan i's
+    first run already made (the peak rounds trained it)."""
+    from .timing import train_run
+
+    train = train or train_run
+    done: list[list] = [[first[index]] if first and index in first else [] for index in range(len(plans))]
+    for repeat in range(runs):
+        for index, (name, plan) in enumerate(plans):
+            if len(done[index]) > repeat:
+                continue
+            config = work / f"time{index}_{repeat}.yaml"
+            config.write_text(plan.text, encoding="utf-8")
+            done[index].append(train(config.resolve(), work / f"time{index}_{repeat}"))
+            trained = done[index][-1]
+            report(f"time: {name}: pool peak {trained.peak_bytes / 2**20:.0f} MiB, median step "
+                   f"{trained.median_s * 1e3:.0f} ms (run {repeat + 1}/{runs})")
+    timed = [Timed(plan=plan, name=name, peaks=tuple(item.peak_bytes for item in done[index]),
+                   step_s=tuple(step for item in done[index] for step in item.step_s))
+             for index, (name, plan) in enumerate(plans)]
+    holding = [index for index, item in enumerate(timed) if item.peak <= budget]
+    if holding:
+        return min(holding, key=lambda index: (timed[index].median_s, index)), timed
+    return min(range(len(timed)), key=lambda index: timed[index].peak), timed
+
+
+def measure_plan(config: str | Path, plan_for: Callable[[int], AutoPlan], budget: int, times, *, rivals: int = 2,
+                 runs: int = 2, train=None, report: Callable[[str], None] = lambda line: None
+                 ) -> tuple[list[Round], AutoPlan, list[Timed]]:
+    """`auto --measure`: the peak rounds (`measure_rounds`), then, when the plan holds the budget, the time loop:
+    the plan and its `rivals` next-fastest plans whose estimate fits (`space.PlanSpace`, priced as the search
+    prices them) trained `runs` times each, interleaved; the fastest that holds the budget is kept. `train(config,
+    work)` returns a `timing.Trained` (default: the launcher, `timing.STEPS` steps)."""
+    from .space import PlanSpace
+    from .timing import load_average, train_run
+
+    train = train or train_run
+    trained: dict[str, object] = {}
+
+    def peak_of(path: Path, work: Path) -> int:
+        trained[path.read_text(encoding="utf-8")] = run = train(path, work)
+        return run.peak_bytes
+
+    rounds = measure_rounds(plan_for, budget, None, report=report, train=peak_of)
+    plan = rounds[-1].plan
+    if rounds[-1].measured > budget or rivals <= 0 or plan.empty:     # nothing recomputed: nothing is faster
+        return rounds, plan, []
+    space = PlanSpace(config, runtime="cpu", times=times)
+    mine = tuple(option.choice for stage in plan.stages for option in stage.options)
+    others = [item for item in space.ranked(plan.target) if item.choices != mine][:rivals]
+    plans = [("auto's plan: " + _stages_text(plan), plan)] + [(item.name, space.auto_plan_of(plan, item))
+                                                              for item in others]
+    report(f"time: training the plan and {len(others)} rival(s), interleaved ({load_average()})")
+    with tempfile.TemporaryDirectory(prefix="mf_memopt_auto_time_") as tmp:
+        first = {0: trained[plan.text]} if plan.text in trained else {}
+        winner, timed = measure_time(plans, budget, Path(tmp), report, runs=runs, train=train, first=first)
+    report(f"time: kept {timed[winner].name} ({load_average()})")
+    return rounds, timed[winner].plan, timed
+
+
+def _stages_text(plan: AutoPlan) -> str:
+    from .writer import describe
+
+    return "; ".join(describe(stage.layers, [option.choice for option in stage.options],
+                              [option.prefetch for option in stage.options]) for stage in plan.stages)

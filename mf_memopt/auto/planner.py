@@ -41,11 +41,14 @@ from ..estimate.spec import ModelSpec, read_spec
 from ..estimate.transfer import Hardware
 from ..models.family import AutoCells
 from .choices import KEEP, Choice, choice_set
+from .limits import PlannerMismatch
 from .problem import StageProblem, stage_problems
 from .solver import Option, Solution, solve_stage
+from .timing import TimeTable
 from .writer import Assignment, describe, replace_sections, sections
 
 REPAIRS = 3
+EXHAUSTIVE_LIMIT = 5000   # count-form plans estimated one by one when the layer search cannot be used
 INFINITE = float("inf")
 CPU_MARGIN = 0.05
 
@@ -93,6 +96,12 @@ class AutoPlan:
     margin: float = 0.0         # share of the budget held back for the estimator's error
     target: int = 0             # what the search held each stage's predicted peak to: budget less the margin
     budget_source: str = "--device-memory"  # where the budget came from (`estimate.budget.device_budget`)
+    time_source: str = "FLOP model"         # what priced the choices: a measured profile (`timing.py`) or FLOPs
+
+    @property
+    def priced_s(self) -> float:
+        """The added step time of the plan as the search priced it (every stage)."""
+        return sum(stage.searched_s for stage in self.stages)
 
     @property
     def fits(self) -> bool:
@@ -103,12 +112,13 @@ class AutoPlan:
 def auto_plan(config: str | Path, *, budget: int | None = None, runtime: str = "ascend", host_budget: float = INFINITE,
               hardware: Hardware | None = None, choices: tuple[Choice, ...] | None = None,
               output_name: str | None = None, margin: float | None = None, source: Source | None = None,
-              minimum: bool = True) -> AutoPlan:
+              minimum: bool = True, times: TimeTable | None = None) -> AutoPlan:
     """Plan `config` for `budget` bytes of device memory per stage, predicted peaks held to the budget less
     `margin` (the runtime's default when None); without `budget`, the YAML's (`estimate.budget.device_budget`).
     Raises `InfeasibleBudget` or `ConfigError`. `source`, when given, is `config` already read (and perhaps
     rewritten in memory, as `auto --balance` rewrites its offsets); with `minimum` False an `InfeasibleBudget`
-    does not name the smallest budgets (their search is the slow part)."""
+    does not name the smallest budgets (their search is the slow part). `times`, a measured profile of this model
+    shape (`timing.py`), prices each choice by its measured time instead of its FLOPs."""
     margin = default_margin(runtime) if margin is None else margin
     if not 0 <= margin < 1:
         raise ValueError(f"the margin is a share of the budget in [0, 1), got {margin}")
@@ -123,6 +133,7 @@ def auto_plan(config: str | Path, *, budget: int | None = None, runtime: str = "
     hardware = replace(hardware or Hardware(), device_memory=budget)
     context = _Context.read(source, runtime, hardware, source.text,
                             output_name or str(path))
+    context.times = times
     references = {"nothing": context.estimate_of(context.uniform(KEEP)),
                   "full recompute": context.estimate_of(context.uniform(Choice(full=True)))}
     swap = runtime == "ascend"
@@ -131,7 +142,14 @@ def auto_plan(config: str | Path, *, budget: int | None = None, runtime: str = "
     if swap and any(choice.swaps for choice in offered):
         families["indices"] = list(offered)
     empty = all(stage.peak.peak <= target for stage in references["nothing"].stages)
-    best = _best_family(context, families, target, host_budget)
+    time_source = times.source if times is not None else f"FLOP model at {hardware.tflops:g} TFLOPS"
+    try:
+        best = _best_family(context, families, target, host_budget)
+    except PlannerMismatch as error:
+        if runtime != "cpu":
+            raise
+        return _exhaustive(path, budget, target, host_budget, hardware, times, margin, references, empty,
+                           resolved.source, time_source, str(error))
     if best is None:
         family = families.get("indices", families["counts"])
         raise InfeasibleBudget(budget, _minimum_budgets(context, family, host_budget) if minimum else {}, margin)
@@ -142,7 +160,31 @@ def auto_plan(config: str | Path, *, budget: int | None = None, runtime: str = "
     return AutoPlan(config=str(path), runtime=runtime, budget=budget, host_budget=host_budget, family=name,
                     stages=tuple(stages), text=final, estimate=estimate, references=references,
                     empty=empty, repairs=tuple(repairs), margin=margin, target=target,
-                    budget_source=resolved.source)
+                    budget_source=resolved.source,
+                    time_source=time_source)
+
+
+def _exhaustive(path: Path, budget: int, target: int, host_budget: float, hardware: Hardware,
+                times: TimeTable | None, margin: float, references: dict[str, Estimate], empty: bool,
+                budget_source: str, time_source: str, why: str) -> AutoPlan:
+    """The fastest count-form plan whose whole-plan estimate fits, every plan estimated (`space.py`): for the
+    configs whose peak terms the layer-by-layer search cannot express (`PlannerMismatch`)."""
+    from .space import PlanSpace
+
+    space = PlanSpace(path, runtime="cpu", times=times, hardware=hardware)
+    if len(space.assignments()) > EXHAUSTIVE_LIMIT:
+        raise PlannerMismatch(f"{why}; and the count-form space is too large to estimate plan by plan")
+    ranked = space.ranked(target)
+    if not ranked:
+        lowest = min(space.candidates(), key=lambda item: item.peak)
+        raise InfeasibleBudget(budget, {stage.stage: stage.peak.peak for stage in lowest.estimate.stages}, margin)
+    base = AutoPlan(config=str(path), runtime="cpu", budget=budget, host_budget=host_budget, family="counts",
+                    stages=(), text="", estimate=references["nothing"], references=references, empty=empty,
+                    margin=margin, target=target, budget_source=budget_source, time_source=time_source)
+    plan = space.auto_plan_of(base, ranked[0])
+    note = (f"the layer-by-layer search cannot express this model's peak ({why}): all "
+            f"{len(space.assignments())} count-form plans were estimated whole instead")
+    return replace(plan, repairs=(note,))
 
 
 @dataclass(slots=True)
@@ -156,6 +198,7 @@ class _Context:
     output_name: str
     cells: AutoCells
     problems: dict[tuple[Choice, ...], list[StageProblem]] = field(default_factory=dict)
+    times: TimeTable | None = None
 
     @classmethod
     def read(cls, source: Source, runtime: str, hardware: Hardware, text: str, output_name: str) -> _Context:
@@ -172,7 +215,7 @@ class _Context:
         key = tuple(choices)
         if key not in self.problems:
             self.problems[key] = stage_problems(self.plan, self.spec, key, runtime=self.runtime,
-                                                hardware=self.hardware)
+                                                hardware=self.hardware, times=self.times)
         return self.problems[key]
 
     def uniform(self, choice: Choice) -> Assignment:

@@ -12,6 +12,7 @@ from ..estimate.transfer import Hardware
 from .choices import Choice, Footprint, footprints
 from .limits import AscendStage, CpuStage, CpuTerms, cpu_terms
 from .solver import Option
+from .timing import TimeTable
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -25,7 +26,9 @@ class StageProblem:
 
 
 def stage_problems(plan: Plan, spec: tuple[ModelSpec, ParallelSpec, OptimizerSpec], choices: tuple[Choice, ...],
-                   *, runtime: str, hardware: Hardware) -> list[StageProblem]:
+                   *, runtime: str, hardware: Hardware, times: TimeTable | None = None) -> list[StageProblem]:
+    """With `times` (a measured profile, `timing.py`), each choice's added time is the profile's per layer and
+    step instead of its recompute FLOPs at the hardware's throughput."""
     model, parallel, optimizer = spec
     family = plan.family
     ops = {kind: family.layer_ops(kind, parallel) for kind in model.layer_kinds}
@@ -61,7 +64,7 @@ def stage_problems(plan: Plan, spec: tuple[ModelSpec, ParallelSpec, OptimizerSpe
                                  positions=n)
         positions = tuple(tuple(option for footprint in at[index]
                                 if (option := _option(footprint, index, n, runtime, forward[index], steps, hardware,
-                                                      terms)))
+                                                      terms, times)))
                           for index in range(n))
         problems.append(StageProblem(stage=stage, layers=tuple(layer.layer for layer in members), chunk_starts=starts,
                                      positions=positions, limits=limits, compute_s=steps * 3 * sum(forward)))
@@ -99,8 +102,10 @@ def _with_followers(footprint: Footprint, followers: dict[Choice, Footprint]) ->
 
 
 def _option(footprint: Footprint, index: int, n: int, runtime: str, forward_s: float, steps: int,
-            hardware: Hardware, terms: CpuTerms | None = None) -> Option | None:
+            hardware: Hardware, terms: CpuTerms | None = None, times: TimeTable | None = None) -> Option | None:
     recompute_s = hardware.seconds(footprint.effect.recompute_flops)
+    if times is not None:   # the profile's time is per whole step already: no micro-batch factor
+        recompute_s, steps = times.seconds(footprint.choice), 1
     if runtime == "cpu":   # nothing moves on CPU: a swapped tensor stays in the pool
         return Option(choice=footprint.choice, kept=terms.kept[footprint.choice], rebuilt=footprint.rebuilt,
                       swapped=0, attention=footprint.attention_rebuilt, seconds=steps * recompute_s,

@@ -13,7 +13,9 @@ def auto_text(result: AutoPlan) -> str:
     family = ("layer indices with swap" if result.family == "indices"
               else "per-stage counts (no swap)")
     lines = [f"{result.config}: {result.runtime} runtime; budget {human(result.budget)} of device memory per stage "
-             f"(from {result.budget_source}), host memory {host}; plan written as {family}", _margin_line(result), ""]
+             f"(from {result.budget_source}), host memory {host}; plan written as {family}", _margin_line(result),
+             f"added time priced by the {result.time_source}: {result.priced_s * 1e3:.1f} ms per step for this "
+             "plan", ""]
     nothing, full = result.references["nothing"], result.references["full recompute"]
     rows = [["stage", "layers", "budget", "predicted peak", "host (swap)", "overhead", "nothing: peak", "overhead",
              "full recompute: peak", "overhead"]]
@@ -50,7 +52,8 @@ def auto_json(result: AutoPlan) -> dict:
         "budget_source": result.budget_source,
         "margin": result.margin, "target_bytes": result.target,
         "host_budget_bytes": None if result.host_budget == INFINITE else result.host_budget,
-        "family": result.family, "empty": result.empty, "fits": result.fits, "feasible": True,
+        "family": result.family, "time_source": result.time_source, "priced_added_seconds": result.priced_s,
+        "empty": result.empty, "fits": result.fits, "feasible": True,
         "stages": [_stage_json(plan, stage) for plan, stage in zip(result.stages, result.estimate.stages)],
         "references": {name: _reference(estimate) for name, estimate in result.references.items()},
         "repairs": list(result.repairs), "yaml": result.text}

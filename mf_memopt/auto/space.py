@@ -1,0 +1,149 @@
+"""Every plan the YAML's count forms can express for a config, each priced and estimated whole.
+
+Without swap (the cpu runtime: nothing moves there) a plan is written in per-stage counts: `recompute: [k]` fully
+recomputes the first k layers of each stage, and `select_recompute: {cell: [c]}` recomputes `cell` in the first c
+(the count includes the fully recomputed layers, where full recompute wins). So a stage's distinct plans are one
+k in 0..n and, per select cell, one c in k..n: sum over k of (n - k + 1) ** cells plans (14 for 2 layers and
+2 cells, 55 for 4). Counts below k write the same layers as k: that is the only reduction, and it is exact.
+`select_comm_recompute` acts on communication operators only, which a one-device CPU run does not have.
+
+`PlanSpace` estimates each plan with the estimator (its own peak moment: the peak of the whole plan, not a sum of
+per-layer savings) and prices it as the search does (the measured profile, else FLOPs). `auto --measure` takes its
+nearest rivals from here, and the brute-force benchmark enumerates it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..config.source import load_source
+from ..estimate.core import Estimate
+from ..estimate.transfer import Hardware
+from .choices import KEEP, Choice, choice_set
+from .planner import AutoPlan, StagePlan, _assignment, _Context, _header
+from .solver import Option
+from .timing import TimeTable
+from .writer import Assignment, describe
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Candidate:
+    """One plan of the space: each layer's choice, its estimate's peak, its priced added time."""
+
+    choices: tuple[Choice, ...]         # per layer, in layer order
+    peak: int                           # the estimator's largest stage peak
+    priced_s: float                     # added step time as the search prices it
+    estimate: Estimate
+
+    @property
+    def name(self) -> str:
+        return describe(tuple(range(len(self.choices))), list(self.choices), [None] * len(self.choices))
+
+
+def stage_assignments(n: int, cells: tuple[str, ...]) -> list[tuple[Choice, ...]]:
+    """The distinct count-form plans of an n-layer stage (see the module's docstring)."""
+    plans = []
+    for full in range(n + 1):
+        for counts in itertools.product(range(full, n + 1), repeat=len(cells)):
+            plans.append(tuple(Choice(full=True) if layer < full else
+                               _select(tuple(cell for cell, count in zip(cells, counts) if layer < count), cells)
+                               for layer in range(n)))
+    return plans
+
+
+def _select(chosen: tuple[str, ...], cells: tuple[str, ...]) -> Choice:
+    if not chosen:
+        return KEEP
+    return Choice(select=cells if len(chosen) == len(cells) else chosen)
+
+
+class PlanSpace:
+    """A config's count-form plans, estimated and priced; built like `auto_plan` (same budget, margin, time)."""
+
+    def __init__(self, config: str | Path, *, runtime: str = "cpu", times: TimeTable | None = None,
+                 hardware: Hardware | None = None):
+        self.config, self.runtime, self.times = Path(config), runtime, times
+        source = load_source(self.config)
+        self.context = _Context.read(source, runtime, hardware or Hardware(), source.text, str(self.config))
+        self.context.times = times
+        self.offered = list(choice_set(self.context.cells, swap=False))
+        plan = self.context.plan
+        self.stages = [tuple(layer.layer for layer in plan.layers if layer.stage == stage)
+                       for stage in range(plan.layout.stages)]
+        self.layers = [layer.layer for layer in plan.layers]
+        self._candidates: list[Candidate] | None = None
+
+    def assignments(self) -> list[tuple[Choice, ...]]:
+        per_stage = [stage_assignments(len(layers), self.context.cells.select) for layers in self.stages]
+        return [tuple(itertools.chain.from_iterable(parts)) for parts in itertools.product(*per_stage)]
+
+    def candidate(self, choices: tuple[Choice, ...]) -> Candidate:
+        assignment = Assignment(choices=dict(zip(self.layers, choices)), prefetch={})
+        estimate = self.context.estimate_of(assignment)
+        if self.times is not None:
+            priced = sum(self.times.seconds(choice) for choice in choices)
+        else:       # the FLOP model, as the estimator prices recompute
+            priced = sum(stage.recompute_s for stage in estimate.stages)
+        return Candidate(choices=choices, peak=max(stage.peak.peak for stage in estimate.stages), priced_s=priced,
+                         estimate=estimate)
+
+    def candidates(self) -> list[Candidate]:
+        if self._candidates is None:
+            self._candidates = [self.candidate(choices) for choices in self.assignments()]
+        return self._candidates
+
+    def ranked(self, target: int) -> list[Candidate]:
+        """Every plan whose estimated peak is within `target` (the budget less the margin), fastest first (then
+        the lower peak)."""
+        return sorted((item for item in self.candidates() if item.peak <= target),
+                      key=lambda item: (item.priced_s, item.peak))
+
+    def auto_plan_of(self, best: AutoPlan, candidate: Candidate) -> AutoPlan:
+        """The candidate as `auto` writes a plan (the same YAML sections and header as `best`, auto's own plan for
+        this config and budget)."""
+        at = dict(zip(self.layers, candidate.choices))
+        stages = []
+        for stage, layers in enumerate(self.stages):
+            mine = tuple(Option(choice=at[layer], kept=0, rebuilt=0, swapped=0, attention=False,
+                                seconds=self.times.seconds(at[layer]) if self.times is not None else 0.0)
+                         for layer in layers)
+            searched = (sum(option.seconds for option in mine) if self.times is not None
+                        else candidate.estimate.stages[stage].recompute_s)
+            stages.append(StagePlan(stage=stage, layers=layers, options=mine, budget=best.target,
+                                    searched_s=searched))
+        text = self.context.text_of(_assignment(stages), _header("counts", best.budget, best.host_budget,
+                                                                 self.runtime, stages, candidate.estimate,
+                                                                 best.references, self.context.cells, best.margin))
+        return replace(best, family="counts", stages=tuple(stages), text=text, estimate=candidate.estimate,
+                       repairs=(), empty=best.empty and all(choice == KEEP for choice in candidate.choices))
+
+
+def profile_config(config: str | Path, *, runs: int | None = None, report=lambda line: None,
+                   train=None) -> TimeTable:
+    """Measure the config's step-time profile (`timing.profile`: every layer given each choice in turn)."""
+    from . import timing
+
+    space = PlanSpace(config, runtime="cpu")
+    context = space.context
+    return timing.profile(context.source, len(space.layers), lambda choice: context.text_of(context.uniform(choice)),
+                          space.offered, runs=runs or timing.RUNS, report=report, train=train or timing.train_run)
+
+
+def cached_or_profiled(config: str | Path, *, measure: bool, report=lambda line: None,
+                       directory: Path | None = None) -> TimeTable | None:
+    """The cached profile of this model shape; else, with `measure`, a new one (cached); else None."""
+    from . import timing
+
+    source = load_source(config)
+    table = timing.load_table(source, directory)
+    if table is not None:
+        report(f"time profile: cached in {timing.cache_path(source, directory)} ({table.source}; {table.load})")
+        return table
+    if not measure:
+        return None
+    report(f"time profile: none cached for this model shape; measuring it ({timing.load_average()})")
+    table = profile_config(config, report=report)
+    report(f"time profile: written to {timing.save_table(table, source, directory)}")
+    return table

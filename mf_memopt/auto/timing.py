@@ -1,0 +1,218 @@
+"""What a recompute choice costs in time, measured: the step-time profile `auto --runtime cpu` prices plans with.
+
+FLOPs say little about recompute time on CPU: the softmax, the norms, the casts and the attention-score tensors
+are memory-bound and take far more time than their FLOPs say. So the cost of each choice is measured on the
+config itself: the launcher trains the config with every layer given the same choice (keep, each cell, every
+cell, full recompute), `STEPS` steps each in its own process, the runs interleaved over the choices `RUNS`
+times. A choice's added time per layer and step is (its median step time - keep's) / layers: the recompute as the
+runtime runs it, every operator of the recomputed cells included. `problem.py` prices a plan as the sum of its
+layers' added times.
+
+The profile is cached per model shape (every key of the YAML but the plan sections, the callbacks and the
+paths: `shape_key`) as JSON under `cache_dir()` (`MF_MEMOPT_CACHE`, else `~/.cache/mf_memopt`), read back
+through the guarded reader. Without a profile (`--runtime ascend`, or no `--profile` and nothing cached) the
+FLOP model prices recompute at `--tflops`, and the report says which was used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..child import run_owned
+from ..config.reading import read_bytes
+from ..config.source import Source
+from ..estimate.measure import CPU_PEAK, MeasureError, child_environment, dataset_arguments, failure_summary
+from .choices import Choice
+
+STEPS = 6                   # steps per run; the first (compile, warm-up) is not timed
+RUNS = 2                    # runs per choice, interleaved (the run-to-run spread is large on a loaded machine)
+VERSION = 2
+_IGNORED = ("recompute_config", "swap_config", "callbacks", "output_dir", "load_checkpoint", "src_strategy_path_or_dir",
+            "train_dataset", "train_dataset_task", "generated_dataset", "eval_dataset", "eval_dataset_task")
+STEP_LINE = re.compile(r"mf_memopt stepclock: step (\d+) wall_ms ([\d.]+) cpu_ms ([\d.]+)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Trained:
+    """One training run: the memory-pool peak and each timed step (seconds, the first step left out)."""
+
+    peak_bytes: int
+    step_s: tuple[float, ...]           # the CPU time of each step (every thread of the process)
+    wall_s: tuple[float, ...] = ()      # the wall time of each step
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.step_s)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TimeTable:
+    """Added seconds per layer and step of each choice (by `Choice.name`), and where they come from."""
+
+    key: str
+    layers: int
+    base_s: float                           # median step time with nothing recomputed
+    added_s: dict[str, float]               # choice name -> added seconds per layer per step
+    samples: dict[str, list[float]] = field(default_factory=dict)   # choice name -> every timed step (s)
+    source: str = ""
+    load: str = ""
+    noise_s: float = 0.0                    # the steps' spread per layer: choices closer than it are not told apart
+
+    def seconds(self, choice: Choice) -> float:
+        if choice.name not in self.added_s:
+            raise ValueError(f"the time profile ({self.source}) has no entry for '{choice.name}': measure it again "
+                             f"(auto --profile after deleting the cached file)")
+        return self.added_s[choice.name]
+
+    def to_dict(self) -> dict:
+        return {"version": VERSION, "key": self.key, "layers": self.layers, "base_s": self.base_s,
+                "added_s": self.added_s, "samples": self.samples, "source": self.source, "load": self.load,
+                "noise_s": self.noise_s}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TimeTable:
+        return cls(key=str(data["key"]), layers=int(data["layers"]), base_s=float(data["base_s"]),
+                   added_s={str(k): float(v) for k, v in data["added_s"].items()},
+                   samples={str(k): [float(x) for x in v] for k, v in data.get("samples", {}).items()},
+                   source=str(data.get("source", "")), load=str(data.get("load", "")),
+                   noise_s=float(data.get("noise_s", 0.0)))
+
+
+def shape_key(source: Source) -> str:
+    """A digest of what decides the step time: every top-level key but the plan sections, callbacks and paths."""
+    data = {key: value for key, value in source.data.items() if key not in _IGNORED}
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("MF_MEMOPT_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "mf_memopt"
+
+
+def cache_path(source: Source, directory: Path | None = None) -> Path:
+    return (directory or cache_dir()) / "auto_times" / f"{shape_key(source)}.json"
+
+
+def load_table(source: Source, directory: Path | None = None) -> TimeTable | None:
+    """The cached profile of this model shape, or None (a missing, unreadable or foreign file counts as none)."""
+    path = cache_path(source, directory)
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(read_bytes(path).decode("utf-8"))
+        table = TimeTable.from_dict(data)
+    except Exception:   # a broken cache is re-measured, never trusted
+        return None
+    if data.get("version") != VERSION or table.key != shape_key(source):
+        return None
+    return table
+
+
+def save_table(table: TimeTable, source: Source, directory: Path | None = None) -> Path:
+    path = cache_path(source, directory)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(table.to_dict(), indent=1), encoding="utf-8")
+    return path
+
+
+def load_average() -> str:
+    try:
+        one, five, fifteen = os.getloadavg()
+    except OSError:
+        return "load average unknown"
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} CPUs"
+
+
+def train_run(config: Path, work: Path, steps: int = STEPS, timeout: float | None = 1800) -> Trained:
+    """Train `config` with the launcher in a child process: its pool peak and the steps after the first."""
+    work.mkdir(parents=True, exist_ok=True)
+    output = work / "output"
+    command = [sys.executable, "-m", "mf_memopt.auto.stepclock", "--config", str(config), "--run_mode", "train",
+               "--train_steps", str(steps), "--output_dir", str(output), *dataset_arguments(config, output)]
+    # trained in this child itself (the launcher's supervised child), where the step callback runs
+    env = {**child_environment("cpu", work), "MF_MEMOPT_SUPERVISED": "1"}
+    try:
+        done = run_owned(command, cwd=work, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired as error:
+        raise MeasureError(f"training {config.name} did not finish within {timeout:.0f} s") from error
+    if done.returncode != 0:
+        raise MeasureError(f"training {config.name} failed (exit {done.returncode}): {failure_summary(done.stdout)}")
+    peaks = CPU_PEAK.findall(done.stdout)
+    if not peaks:
+        raise MeasureError(f"training {config.name} printed no memory-pool peak (DumpDynamicMemPoolStateInfo)")
+    wall, cpu = _step_times(done.stdout)
+    return Trained(peak_bytes=round(float(peaks[-1]) * 2**20), step_s=cpu, wall_s=wall)
+
+
+def _step_times(stdout: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(wall, cpu) seconds of each step after the first, from `stepclock`'s lines."""
+    steps = {int(number): (float(wall) / 1e3, float(cpu) / 1e3) for number, wall, cpu in STEP_LINE.findall(stdout)}
+    if not steps:
+        raise MeasureError("the training run printed no step times (mf_memopt.auto.stepclock)")
+    later = [value for number, value in sorted(steps.items()) if number > 1] or list(steps.values())
+    return tuple(wall for wall, _ in later), tuple(cpu for _, cpu in later)
+
+
+def profile(source: Source, layers: int, uniform: Callable[[Choice], str], choices: Sequence[Choice], *,
+            runs: int = RUNS, steps: int = STEPS, train: Callable[[Path, Path, int], Trained] = train_run,
+            report: Callable[[str], None] = lambda line: None) -> TimeTable:
+    """Measure every choice's added time (see the module's docstring); `uniform(choice)` is the YAML text with
+    every layer given `choice`."""
+    names = sorted({choice.name for choice in choices} | {"keep"})
+    by_name = {choice.name: choice for choice in choices} | {"keep": Choice()}
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    loads = [load_average()]
+    with tempfile.TemporaryDirectory(prefix="mf_memopt_profile_") as tmp:
+        for repeat in range(runs):
+            for name in names:
+                work = Path(tmp) / f"{_slug(name)}_{repeat}"
+                work.mkdir()
+                config = work / "config.yaml"
+                config.write_text(uniform(by_name[name]), encoding="utf-8")
+                began = time.perf_counter()
+                trained = train(config, work, steps)
+                samples[name] += trained.step_s
+                report(f"profile: every layer {name}: median step {trained.median_s * 1e3:.0f} ms "
+                       f"({time.perf_counter() - began:.0f} s run)")
+            loads.append(load_average())
+    base = statistics.median(samples["keep"])
+    measured = {name: max(0.0, statistics.median(values) - base) / layers for name, values in samples.items()}
+    added = monotone(measured, by_name)
+    noise = statistics.median(_spread(values) for values in samples.values()) / layers
+    return TimeTable(key=shape_key(source), layers=layers, base_s=base, added_s=added, samples=samples,
+                     noise_s=noise,
+                     source=f"step-time profile measured here (every layer given each choice, {runs} run(s) x "
+                            f"{steps} steps; step noise +-{noise * 1e3:.1f} ms per layer)",
+                     load="; ".join(loads))
+
+
+def monotone(added: dict[str, float], choices: dict[str, Choice]) -> dict[str, float]:
+    """Each choice costs at least what any choice it contains costs (full recompute contains every cell, both
+    cells each one, every choice keep): a recompute of more operators is never faster. Noise can measure a
+    larger recompute as cheaper; it then takes the larger of its contents' times."""
+    def contains(big: Choice, small: Choice) -> bool:
+        return big.full or (not small.full and set(small.select) <= set(big.select))
+
+    return {name: max(added[other] for other in added if contains(choices[name], choices[other]))
+            for name in added}
+
+
+def _spread(values: Sequence[float]) -> float:
+    """The median absolute deviation of a choice's timed steps."""
+    middle = statistics.median(values)
+    return statistics.median(abs(value - middle) for value in values)
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
