@@ -56,14 +56,17 @@ class ChildRun:
 
 def train(config: Path, *, steps: int, work: Path, runtime: str = "cpu", dataset: Path | None = None,
           record: Path | None = None, allocation_log: bool = False, timeout: float | None = 3600,
-          log_file: Path | None = None, extra: Sequence[str] = ()) -> ChildRun:
+          log_file: Path | None = None, extra: Sequence[str] = (), entry: Sequence[str] | None = None,
+          env: Mapping[str, str] | None = None) -> ChildRun:
     """Train `config` for `steps` steps with the launcher in a child running in `work`.
 
     `dataset`: the `--train_dataset_dir` to pass (none when None; `yaml_dataset` gives where the YAML reads).
     `record`: where the launcher writes its step record (`--record_steps`). `allocation_log` (CPU): the child also
     logs every pool allocation (`estimate.pool_log`). `log_file`: the child's output is written there, and a
-    failure names it. `extra`: more launcher arguments (`--force`, `--register_path DIR`, ...)."""
-    command = [*launcher_head(), "--config", str(config), "--run_mode", "train", "--train_steps", str(steps),
+    failure names it. `extra`: more launcher arguments (`--force`, `--register_path DIR`, ...). `entry`: the command
+    that starts the launcher, when not `launcher_head()` (a module that wraps the launcher's `main`); `env`: more
+    environment for the child."""
+    command = [*(entry or launcher_head()), "--config", str(config), "--run_mode", "train", "--train_steps", str(steps),
                "--output_dir", str(work / "output")]
     if record is not None:
         command += ["--record_steps", str(record)]
@@ -71,8 +74,8 @@ def train(config: Path, *, steps: int, work: Path, runtime: str = "cpu", dataset
         command += ["--train_dataset_dir", str(dataset)]
     command += list(extra)
     try:
-        done = run_owned(command, cwd=work, env=child_environment(runtime, work, allocation_log=allocation_log),
-                         timeout=timeout)
+        done = run_owned(command, cwd=work, timeout=timeout,
+                         env={**child_environment(runtime, work, allocation_log=allocation_log), **(env or {})})
     except subprocess.TimeoutExpired as error:
         raise ChildFailed(f"training {config} did not finish within {timeout:.0f} s") from error
     log = done.stdout or ""

@@ -15,7 +15,7 @@ worse on every sum. A layer's option may also lower the cap on the bytes kept be
 (`Run.prefix_cap`: what the option adds to its own layer's checkpoints), so one option
 replaces another only if it is allowed wherever the other is.
 Each `Run` (see `limits.py`) fixes the one term of the peak that is not a sum. The result
-is the exact optimum over the options offered; `tests/test_auto_solver.py` checks it
+is the exact optimum over the options offered; `tests/unit/test_auto_solver.py` checks it
 against brute force through the estimator.
 
 Per-stage count forms (`recompute: [n, ...]`, `select_recompute: {cell: [n, ...]}`, used

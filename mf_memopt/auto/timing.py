@@ -21,7 +21,6 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,10 +28,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..child import run_owned
 from ..config.reading import read_bytes
 from ..config.source import Source
-from ..estimate.measure import CPU_PEAK, MeasureError, child_environment, dataset_arguments, failure_summary
+from ..estimate.measure import MeasureError
+from ..runner import ChildFailed, train, yaml_dataset
 from .choices import Choice
 
 STEPS = 6                   # steps per run; the first (compile, warm-up) is not timed
@@ -135,24 +134,19 @@ def load_average() -> str:
 
 
 def train_run(config: Path, work: Path, steps: int = STEPS, timeout: float | None = 1800) -> Trained:
-    """Train `config` with the launcher in a child process: its pool peak and the steps after the first."""
+    """Train `config` with the launcher in a child process (the package's one child runner), through `stepclock`,
+    which times each step: its pool peak and the steps after the first."""
     work.mkdir(parents=True, exist_ok=True)
-    output = work / "output"
-    command = [sys.executable, "-m", "mf_memopt.auto.stepclock", "--config", str(config), "--run_mode", "train",
-               "--train_steps", str(steps), "--output_dir", str(output), *dataset_arguments(config, output)]
-    # trained in this child itself (the launcher's supervised child), where the step callback runs
-    env = {**child_environment("cpu", work), "MF_MEMOPT_SUPERVISED": "1"}
     try:
-        done = run_owned(command, cwd=work, env=env, timeout=timeout)
-    except subprocess.TimeoutExpired as error:
-        raise MeasureError(f"training {config.name} did not finish within {timeout:.0f} s") from error
-    if done.returncode != 0:
-        raise MeasureError(f"training {config.name} failed (exit {done.returncode}): {failure_summary(done.stdout)}")
-    peaks = CPU_PEAK.findall(done.stdout)
-    if not peaks:
+        # trained in this child itself (the launcher's supervised child), where the step callback runs
+        done = train(config, steps=steps, work=work, dataset=yaml_dataset(config, work / "output"), timeout=timeout,
+                     entry=[sys.executable, "-m", "mf_memopt.auto.stepclock"], env={"MF_MEMOPT_SUPERVISED": "1"})
+    except ChildFailed as error:
+        raise MeasureError(str(error)) from error
+    if done.peak_bytes is None:
         raise MeasureError(f"training {config.name} printed no memory-pool peak (DumpDynamicMemPoolStateInfo)")
-    wall, cpu = _step_times(done.stdout)
-    return Trained(peak_bytes=round(float(peaks[-1]) * 2**20), step_s=cpu, wall_s=wall)
+    wall, cpu = _step_times(done.log)
+    return Trained(peak_bytes=done.peak_bytes, step_s=cpu, wall_s=wall)
 
 
 def _step_times(stdout: str) -> tuple[tuple[float, ...], tuple[float, ...]]:

@@ -14,7 +14,7 @@ from mf_memopt.estimate import estimate_config
 from mf_memopt.estimate.report import human
 from mf_memopt.models.llama import LLAMA
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs/llama_tiny.yaml"
 LLAMA7B = ROOT / "configs/planning/llama2_7b_swap_pp2.yaml"
 MiB, GiB = 2**20, 2**30

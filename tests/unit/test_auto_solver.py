@@ -30,7 +30,7 @@ from mf_memopt.estimate.transfer import Hardware
 from mf_memopt.models.llama import LLAMA
 from mf_memopt.models.llama.inventory import layer_inventory, layer_ops
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MiB, GiB = 2**20, 2**30
 FULL, FF, ATTN, BOTH = (Choice(full=True), Choice(select=("feed_forward",)), Choice(select=("attention",)),
                         Choice(select=("feed_forward", "attention")))
