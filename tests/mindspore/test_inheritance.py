@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from recorded_cases import plain
 
 from mf_memopt.config.source import load_source
 
@@ -34,16 +35,8 @@ def test_merged_data_is_mindformers_own(tmp_path):
     path = str(tmp_path / "run/child.yaml")
     ours = load_source(path).data
     theirs = MindFormerConfig._file2dict(path)
-    assert _plain(ours) == _plain(theirs)
+    assert plain(ours) == plain(theirs)
     assert ours["model"]["model_config"] == {"num_layers": 2, "num_heads": 4}
-
-
-def _plain(value):
-    if isinstance(value, dict):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_plain(item) for item in value]
-    return value
 
 
 @pytest.mark.parametrize("config", ["configs/llama_tiny.yaml", "configs/planning/llama2_7b_swap_pp2.yaml", "child"])
@@ -60,5 +53,5 @@ def test_the_trainer_config_made_from_one_reading_is_mindformers_own(config, tmp
     else:
         path = root / config
     ours = mindformers_config(load_source(path).data)
-    assert _plain(ours) == _plain(read_config(path))
+    assert plain(ours) == plain(read_config(path))
     assert list(ours) == list(read_config(path))

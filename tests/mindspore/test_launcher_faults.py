@@ -11,23 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from children import only_child
-
-ROOT = Path(__file__).resolve().parents[2]
-TINY = ROOT / "configs" / "llama_tiny.yaml"
-
-
-def _command(*args: str) -> list[str]:
-    return [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", *args]
-
-
-def _env() -> dict:
-    return {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(ROOT)}
-
-
-def _launch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(_command(*args), cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600)
+from launching import ROOT, TINY, launch, launcher_command, launcher_env
 
 
 def _variant(tmp_path: Path, old: str, new: str) -> Path:
@@ -49,7 +34,7 @@ def _variant(tmp_path: Path, old: str, new: str) -> Path:
 def test_unknown_optimizer_and_wrapper_are_one_clear_error(tmp_path):
     config = _variant(tmp_path, "  type: AdamW\n", "  type: AdamWW\n")
     config.write_text(config.read_text().replace("type: MFTrainOneStepCell ", "type: MFTrainOneStep "))
-    done = _launch(str(config), "--output_dir", str(tmp_path / "out"), cwd=tmp_path)
+    done = launch(str(config), "--output_dir", str(tmp_path / "out"), cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     lines = done.stderr.splitlines()
     assert lines[0].startswith(f"{config}:") and lines[0].endswith(
@@ -61,7 +46,7 @@ def test_unknown_optimizer_and_wrapper_are_one_clear_error(tmp_path):
 
 def test_bfloat16_is_caught_before_the_model_is_built(tmp_path):
     config = _variant(tmp_path, '    compute_dtype: "float32"', '    compute_dtype: "bfloat16"')
-    done = _launch(str(config), "--output_dir", str(tmp_path / "out"), cwd=tmp_path)
+    done = launch(str(config), "--output_dir", str(tmp_path / "out"), cwd=tmp_path)
     assert done.returncode == 1
     assert ": model.model_config.compute_dtype: bfloat16 has no CPU kernels in MindSpore" in done.stderr
     assert "Traceback" not in done.stderr and "Set select" not in done.stdout
@@ -81,9 +66,9 @@ def test_ctrl_c_during_training_exits_130_and_says_where(tmp_path):
 def _stopped_at_step_2(tmp_path: Path, output: Path, stop) -> tuple[subprocess.Popen, str]:
     """The launcher trained on the tiny config until MindFormers logs step 2, then `stop(process)`: the finished
     process and its stderr."""
-    process = subprocess.Popen(_command(str(TINY), "--output_dir", str(output), "--train_dataset_dir",
+    process = subprocess.Popen(launcher_command(str(TINY), "--output_dir", str(output), "--train_dataset_dir",
                                         str(tmp_path / "tokens.mindrecord")),
-                               cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               cwd=tmp_path, env=launcher_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in process.stdout:
         if "step:[    2/" in line:
             stop(process)
@@ -112,7 +97,7 @@ def test_a_hangup_or_a_job_managers_signal_to_every_process_ends_the_run_cleanly
 def test_sigterm_to_estimate_measure_ends_its_training_child_and_removes_its_files(tmp_path):
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    env = {**_env(), "TMPDIR": str(scratch)}
+    env = {**launcher_env(), "TMPDIR": str(scratch)}
     process = subprocess.Popen([sys.executable, "-m", "mf_memopt", "estimate", "--measure", "--steps", "100", str(TINY)],
                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
@@ -148,8 +133,8 @@ def test_a_training_run_opens_the_users_config_exactly_once(tmp_path):
         "            pass\n"
         "sys.addaudithook(hook)\n"
         "atexit.register(lambda: open(COUNTS, 'a').write(f'{len(seen)}\\n'))\n")
-    env = {**_env(), "PYTHONPATH": os.pathsep.join([str(hooks), str(ROOT)])}
-    done = subprocess.run(_command(str(TINY), "--output_dir", str(tmp_path / "out"), "--train_steps", "1",
+    env = {**launcher_env(), "PYTHONPATH": os.pathsep.join([str(hooks), str(ROOT)])}
+    done = subprocess.run(launcher_command(str(TINY), "--output_dir", str(tmp_path / "out"), "--train_steps", "1",
                                    "--train_dataset_dir", str(tmp_path / "tokens.mindrecord")),
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

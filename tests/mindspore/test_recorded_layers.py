@@ -6,30 +6,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from recorded_cases import LLAMA_CPU, model_yaml
 
 from mf_memopt import ConfigError, load_plan
 from mf_memopt.config.layer_check import layer_issues
 from mf_memopt.config.source import parse_yaml
 from mf_memopt.models.llama import LLAMA
 from mf_memopt.models.llama import layers as llama_layers
-
-BAD_PATTERNS = """\
-recompute_config:
-  select_recompute: ['feed_forward\\.w4', 'attention\\.wq']
-  select_comm_recompute: True
-  select_recompute_exclude: ['feed_forward']
-compress_config:
-  compress: True
-  op_compress:
-    - op_name: 'feed_forward\\.mul'
-      method: int8
-      layers: [1, 2]
-"""
-LLAMA_CPU = ["type: LlamaConfig", "num_layers: 4", "use_flash_attention: False", "fused_rms_norm: False"]
-
-
-def _yaml(model: list[str], sections: str = BAD_PATTERNS) -> str:
-    return "model:\n  model_config:\n" + "".join(f"    {line}\n" for line in model) + sections
 
 
 def test_the_recorded_layers_are_the_ones_mindformers_builds():
@@ -44,12 +27,12 @@ def test_validate_and_apply_report_the_same_problems(tmp_path):
     from mf_memopt import apply_plan
 
     path = tmp_path / "untyped.yaml"     # no model type: load_plan leaves the patterns to apply
-    path.write_text(_yaml(["num_layers: 4"]))
+    path.write_text(model_yaml(["num_layers: 4"]))
     plan = load_plan(path)
     model = LlamaForCausalLM(LlamaConfig(num_layers=4, hidden_size=64, num_heads=4, vocab_size=128, seq_length=32,
                                          use_flash_attention=False, fused_rms_norm=False))
     with pytest.raises(ConfigError) as raised:
         apply_plan(plan, model)
-    source = parse_yaml(_yaml(LLAMA_CPU), str(path))
+    source = parse_yaml(model_yaml(LLAMA_CPU), str(path))
     static = layer_issues(plan, LLAMA.layer_tree(source))
     assert ConfigError(static).render() == raised.value.render()

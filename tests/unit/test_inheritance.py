@@ -92,14 +92,6 @@ def test_broken_inheritance_is_one_clear_error(tmp_path, files, words):
     assert any(expected in line for line in errors), errors
 
 
-def _plain(value):
-    if isinstance(value, dict):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_plain(item) for item in value]
-    return value
-
-
 def test_a_conflict_with_an_inherited_rule_names_its_file(tmp_path):
     _files(tmp_path, {"base.yaml": BASE.replace("recompute: [-1]", "recompute: [0]"),
                       "child.yaml": "base_config: base.yaml\nrecompute_config:\n  recompute: true\n"})

@@ -3,32 +3,14 @@ a dtype the backend cannot run: one clear line each, before anything heavy where
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from launching import TINY, launch
 
 from mf_memopt.config.source import parse_yaml
 from mf_memopt.models.llama.backend import backend_issues
 from mf_memopt.runtime.outputs import OutputError, check_output_dir, write_report
-
-ROOT = Path(__file__).resolve().parents[2]
-TINY = ROOT / "configs" / "llama_tiny.yaml"
-
-
-def _command(*args: str) -> list[str]:
-    return [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", *args]
-
-
-def _env() -> dict:
-    return {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(ROOT)}
-
-
-def _launch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(_command(*args), cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600)
-
 
 # --- output directory (no MindSpore needed) ---------------------------------------------------
 
@@ -46,7 +28,7 @@ def test_an_unwritable_output_dir_is_refused():
 
 def test_the_launcher_refuses_a_bad_output_dir_before_building_anything(tmp_path):
     (tmp_path / "file").write_text("")
-    done = _launch(str(TINY), "--output_dir", str(tmp_path / "file" / "out"), cwd=tmp_path)
+    done = launch(str(TINY), "--output_dir", str(tmp_path / "file" / "out"), cwd=tmp_path)
     assert done.returncode == 1
     assert done.stderr == (f"run_mindformer_memopt.py: output directory {tmp_path}/file/out lies under "
                            f"{tmp_path}/file, which is not a directory\n")

@@ -5,34 +5,17 @@ from __future__ import annotations
 import json
 
 import pytest
+from recorded_cases import LLAMA_CPU, model_yaml
 
 from mf_memopt import ConfigError, load_plan
 from mf_memopt.config.source import parse_yaml
 from mf_memopt.models.llama import LLAMA
 from mf_memopt.models.llama import layers as llama_layers
 
-BAD_PATTERNS = """\
-recompute_config:
-  select_recompute: ['feed_forward\\.w4', 'attention\\.wq']
-  select_comm_recompute: True
-  select_recompute_exclude: ['feed_forward']
-compress_config:
-  compress: True
-  op_compress:
-    - op_name: 'feed_forward\\.mul'
-      method: int8
-      layers: [1, 2]
-"""
-LLAMA_CPU = ["type: LlamaConfig", "num_layers: 4", "use_flash_attention: False", "fused_rms_norm: False"]
-
-
-def _yaml(model: list[str], sections: str = BAD_PATTERNS) -> str:
-    return "model:\n  model_config:\n" + "".join(f"    {line}\n" for line in model) + sections
-
 
 def test_validate_refuses_patterns_the_recorded_layer_does_not_have(tmp_path):
     path = tmp_path / "bad.yaml"
-    path.write_text(_yaml(LLAMA_CPU))
+    path.write_text(model_yaml(LLAMA_CPU))
     with pytest.raises(ConfigError) as raised:
         load_plan(path)
     rendered = [issue.render().replace(str(path), "bad.yaml") for issue in raised.value.issues]
@@ -53,7 +36,7 @@ def test_validate_refuses_patterns_the_recorded_layer_does_not_have(tmp_path):
 
 def test_a_pattern_that_matches_nothing_gets_a_did_you_mean(tmp_path):
     path = tmp_path / "typo.yaml"
-    path.write_text(_yaml(LLAMA_CPU, "recompute_config:\n  select_recompute: ['feed_forwrd\\.w1']\n"))
+    path.write_text(model_yaml(LLAMA_CPU, "recompute_config:\n  select_recompute: ['feed_forwrd\\.w1']\n"))
     with pytest.raises(ConfigError) as raised:
         load_plan(path)
     (issue,) = raised.value.issues
@@ -68,7 +51,7 @@ def test_a_pattern_that_matches_nothing_gets_a_did_you_mean(tmp_path):
 ])
 def test_without_a_recorded_layer_patterns_wait_for_the_built_model(model, tmp_path):
     path = tmp_path / "unknown.yaml"
-    path.write_text(_yaml(model))
+    path.write_text(model_yaml(model))
     assert load_plan(path).num_layers == 4
 
 
