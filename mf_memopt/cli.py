@@ -118,6 +118,9 @@ def _auto_parser(commands) -> None:
                       help="cpu: price recompute by a measured step-time profile of this model shape (each choice "
                            "trained on every layer; cached); --measure implies it. Without it a cached profile is "
                            "used, else the FLOP model")
+    auto.add_argument("--timing-runs", type=_positive_int, default=2, metavar="N",
+                      help="cpu: runs of each choice in a new time profile, and of each plan in --measure's time "
+                           "loop, interleaved (default 2; more on a noisy machine)")
     auto.add_argument("--rivals", type=int, default=2, metavar="N",
                       help="with --measure: also train the N next-fastest plans the estimate calls feasible and keep "
                            "the fastest that holds the budget (default 2; 0 keeps the search's plan)")
@@ -314,7 +317,7 @@ def _auto(args: argparse.Namespace) -> int:
         if args.runtime == "cpu":
             from .auto.space import cached_or_profiled
 
-            times = cached_or_profiled(args.config, measure=args.profile or args.measure,
+            times = cached_or_profiled(args.config, measure=args.profile or args.measure, runs=args.timing_runs,
                                        report=lambda line: print(line, file=sys.stderr))
     except MeasureError as error:
         print(f"auto --profile: {error}", file=sys.stderr)
@@ -374,7 +377,7 @@ def _measure(args: argparse.Namespace, plan_for, budget: int, output, times):
     from .auto.measure import measure_plan
 
     rounds, plan, timed = measure_plan(args.config, plan_for, budget, times, rivals=args.rivals,
-                                       report=lambda line: print(line, file=sys.stderr))
+                                       runs=args.timing_runs, report=lambda line: print(line, file=sys.stderr))
     if output and not timed:
         output.write_text(plan.text, encoding="utf-8")
     return rounds, plan, timed

@@ -131,9 +131,10 @@ def profile_config(config: str | Path, *, runs: int | None = None, report=lambda
                           space.offered, runs=runs or timing.RUNS, report=report, train=train or timing.train_run)
 
 
-def cached_or_profiled(config: str | Path, *, measure: bool, report=lambda line: None,
+def cached_or_profiled(config: str | Path, *, measure: bool, runs: int | None = None, report=lambda line: None,
                        directory: Path | None = None) -> TimeTable | None:
-    """The cached profile of this model shape; else, with `measure`, a new one (cached); else None."""
+    """The cached profile of this model shape; else, with `measure`, a new one of `runs` runs per choice (cached);
+    else None."""
     from . import timing
 
     source = load_source(config)
@@ -144,6 +145,6 @@ def cached_or_profiled(config: str | Path, *, measure: bool, report=lambda line:
     if not measure:
         return None
     report(f"time profile: none cached for this model shape; measuring it ({timing.load_average()})")
-    table = profile_config(config, report=report)
+    table = profile_config(config, runs=runs, report=report)
     report(f"time profile: written to {timing.save_table(table, source, directory)}")
     return table

@@ -39,7 +39,7 @@ def test_measure_profiles_trains_rivals_and_keeps_the_fastest(capsys, tmp_path, 
     budget = (full_peak + none_peak) // 2 // MiB * MiB           # halfway: some layer recomputes, some keeps
     assert full_peak < budget < none_peak
     assert main(["auto", str(config), "--runtime", "cpu", "--device-memory", f"{budget // MiB}MiB", "--measure",
-                 "--rivals", "1", "--json", "--output", str(out)]) == 0
+                 "--rivals", "1", "--timing-runs", "1", "--json", "--output", str(out)]) == 0
     captured = capsys.readouterr()
     result = json.loads(captured.out)
     assert "profile" in captured.err and list((tmp_path / "cache" / "auto_times").glob("*.json"))
