@@ -100,7 +100,7 @@ def compile_graph(config: Path, *, report: Path, env: Mapping[str, str], timeout
     except subprocess.TimeoutExpired as error:
         raise ChildFailed(f"compiling {config} did not finish within {timeout:.0f} s") from error
     if done.returncode != 0:
-        raise ChildFailed("compiling the training graph failed:\n" + _tail((done.stderr or done.stdout).strip(), 15))
+        raise ChildFailed("compiling the training graph failed:\n" + tail((done.stderr or done.stdout).strip(), 15))
     return ChildRun(config=config, log=done.stdout or "")
 
 
@@ -193,8 +193,9 @@ def failure_summary(log: str) -> str:
         detail = next((line.strip() for line in lines[lines.index(first) + 1:]
                        if line.strip().startswith("-") or "fail" in line.lower()), "")
         return first[:400] + (f" {detail[:300]}" if detail else "")
-    return _tail(log, 5)
+    return tail(log, 5)
 
 
-def _tail(text: str, count: int) -> str:
+def tail(text: str, count: int) -> str:
+    """The last `count` lines of `text`."""
     return "\n".join(text.splitlines()[-count:])

@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..runner import ASCEND_PEAK, ChildFailed, failure_summary, train, yaml_dataset
+from ..runner import ASCEND_PEAK, ChildFailed, failure_summary, tail, train, yaml_dataset
 from .pool_log import CPU_PEAK, NoAllocations, replay
 
 __all__ = ["ASCEND_PEAK", "CPU_PEAK", "MeasureError", "Measurement", "failure_summary", "measure_peak",
@@ -72,11 +72,13 @@ def measure_peak(config: str | Path, *, runtime: str = "cpu", steps: int = 1, ti
                         allocation_log=exact, timeout=timeout)
         except ChildFailed as error:
             raise MeasureError(str(error)) from error
-    log = run.log
-    peak, source = _peak(log, runtime)
-    exact_bytes = _replayed(log, peak) if exact else None
-    return Measurement(config=str(config), runtime=runtime, steps=steps, peak_bytes=peak, source=source,
-                       exact_bytes=exact_bytes)
+    if run.peak_bytes is None:
+        what = "memory-pool peak (DumpDynamicMemPoolStateInfo)" if runtime == "cpu" else \
+            "memory statistics (Actual peak memory usage, MS_MEMORY_STATISTIC=1)"
+        raise MeasureError(f"the training run printed no {what}; last lines:\n{tail(run.log, 8)}")
+    exact_bytes = _replayed(run.log, run.peak_bytes) if exact else None
+    return Measurement(config=str(config), runtime=runtime, steps=steps, peak_bytes=run.peak_bytes,
+                       source=run.peak_source, exact_bytes=exact_bytes)
 
 
 def _replayed(log: str, printed: int) -> int:
@@ -88,18 +90,3 @@ def _replayed(log: str, printed: int) -> int:
         raise MeasureError(f"--exact: the allocation log replays to {replayed.bytes / 2**20:.3f} MiB, outside the "
                            f"{printed // 2**20} MiB MindSpore printed; use the printed figure (leave --exact out)")
     return replayed.bytes
-
-
-def _peak(log: str, runtime: str) -> tuple[int, str]:
-    pattern = CPU_PEAK if runtime == "cpu" else ASCEND_PEAK
-    found = pattern.findall(log)
-    if not found:
-        what = "memory-pool peak (DumpDynamicMemPoolStateInfo)" if runtime == "cpu" else \
-            "memory statistics (Actual peak memory usage, MS_MEMORY_STATISTIC=1)"
-        raise MeasureError(f"the training run printed no {what}; last lines:\n{_tail(log, 8)}")
-    return round(float(found[-1]) * 2**20), pattern.pattern
-
-
-def _tail(text: str, count: int) -> str:
-    return "\n".join(text.splitlines()[-count:])
-
