@@ -26,24 +26,6 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
-# pytest-xdist (`--dist loadfile`) hands each worker a whole file, in collection order. The files that take longest
-# go first, so that the last file a worker starts is a short one and the two workers finish together (per-file
-# times from `pytest --durations` on the 2-core machine, 2026-11-26; a file not named keeps its place after these).
-SLOWEST_FIRST = ("test_verify_e2e.py", "test_compare_e2e.py", "test_moe_launcher.py", "test_step_forms.py",
-                 "test_verify_pipeline.py", "test_mcore_launcher.py", "test_launcher_faults.py",
-                 "test_router_additions.py", "test_msrun.py", "test_differential_twins.py", "test_damage.py",
-                 "test_launcher_e2e.py", "test_auto_time.py", "test_pipeline_precompile.py",
-                 "test_stand_in_patterns.py")
-
-
-def pytest_collection_modifyitems(session, config, items):
-    """The mindspore tier's slowest files first (SLOWEST_FIRST); a stable sort, so each file's tests keep their
-    order and stay together."""
-    rank = {name: index for index, name in enumerate(SLOWEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)) if _in_mindspore_tier(Path(item.path).resolve())
-               else len(rank) + 1)
-
-
 def pytest_itemcollected(item):
     """Every test under tests/mindspore/ carries the `mindspore` marker (what `-m` selects on)."""
     if _in_mindspore_tier(Path(item.path).resolve()):
