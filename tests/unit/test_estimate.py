@@ -249,3 +249,30 @@ def test_the_cpu_estimate_says_when_the_runtime_differs_from_the_one_it_was_meas
     assert any("measured on mindspore 2.8.0" in note and "check the estimate with `estimate --measure`" in note
                for note in notes)
     assert not any("measured on" in note for note in estimate_config(ROOT / "configs/llama_tiny.yaml").notes)  # ascend
+
+
+def test_the_flash_attention_stand_in_runs_its_softmax_in_float32_on_cpu(tmp_path):
+    """The launcher's CPU stand-in for FlashAttention computes its softmax in float32 whatever softmax_compute_type
+    says: wide3's b09 (float16 everywhere) and the same config with softmax_compute_type float32 both peak at
+    41.50 MiB, measured to the byte (docs/estimator.md, "The flash-attention stand-in"). Without flash attention the
+    key is the softmax's dtype, and the estimate follows it."""
+    import yaml
+
+    from benchmarks.sweep import generate
+
+    b09 = next(config for config in generate("wide3") if config.name == "b09")
+
+    def peak(**model) -> int:
+        document = b09.document()
+        document["model"]["model_config"].update(model)
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+        return estimate_config(path, runtime="cpu").stages[0].peak.peak
+
+    assert peak(softmax_compute_type="float16") == peak(softmax_compute_type="float32")
+    assert peak(use_flash_attention=False, softmax_compute_type="float16") < \
+        peak(use_flash_attention=False, softmax_compute_type="float32")
+    model = replace(TINY, compute_bytes=2, param_bytes=2, softmax_bytes=2, flash_attention=True)
+    probabilities = [item.nbytes for item in layer_inventory(model, ParallelSpec(), "cpu")
+                     if item.path == "attention.softmax"]
+    assert probabilities == [4 * 2 * 4 * 256 * 256]

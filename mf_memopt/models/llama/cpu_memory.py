@@ -38,11 +38,12 @@ from ...estimate.effects import LayerEffect
 from ...estimate.inventory import FP32, dims
 from ...estimate.memory import StagePeak
 from ...estimate.spec import ModelSpec, ParallelSpec
-from .inventory import cpu_matmul_copies
+from .inventory import cpu_attention_model, cpu_mask_bytes, cpu_matmul_copies
 
 
 def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StagePeak]:
     """Every moment `cpu_pool_peak` compares; per-layer ones carry their layer."""
+    model = cpu_attention_model(model)
     kept = [effect.bytes() - effect.bytes("recomputed") for effect in effects]  # nothing is swapped on CPU
     tables = _cpu_tables(model, effects)
     sizes = dict(zip(_LINEAR_OPS, model.layer_param_list()))
@@ -185,9 +186,10 @@ _LINEAR_OPS = ("attention.wq.matmul", "attention.wk.matmul", "attention.wv.matmu
 
 
 def _cpu_tables(model: ModelSpec, effects: list[LayerEffect]) -> int:
-    """cos/sin tables (rotary_dtype), per-token statistics, the causal mask when attention is rebuilt."""
+    """cos/sin tables (rotary_dtype), per-token statistics, the causal mask when attention is rebuilt
+    (`cpu_mask_bytes`: uint8 under flash attention)."""
     dim = dims(model, ParallelSpec())
-    mask = FP32 * model.batch * model.seq * model.seq if _attention_rebuilt(effects) else 0
+    mask = cpu_mask_bytes(model) * model.batch * model.seq * model.seq if _attention_rebuilt(effects) else 0
     return model.rotary_bytes * 2 * model.seq * model.head_dim + FP32 * 3 * dim.bs + mask
 
 
