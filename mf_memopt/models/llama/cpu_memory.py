@@ -147,12 +147,17 @@ def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int
       softmax backward's first product;
     * float16 compute, attention kept: that gradient plus its float16 cast when the softmax is
       computed in another dtype;
-    * float16 compute, float32 softmax, attention recomputed: the gradient cast to float32, the
-      softmax backward's temporary and the rebuilt float32 scores the softmax read.
+    * float16 compute, float32 softmax, attention recomputed alone (its norm kept): the gradient cast
+      to float32, the softmax backward's temporary and the rebuilt float32 scores the softmax read
+      (five float32 b*n*s*s tensors with the rebuilt probabilities and their copy: b09 of `wide3`);
+    * the same under full recompute (the norms rebuilt too: one segment, rebuilt as the layer's
+      backward starts): the largest moment is the rebuild's float32 copy of the probabilities, with
+      the gradient of the probabilities and the float16 cast beside it, as with the attention kept
+      (traces of b09 under `recompute: True`, flash attention on and off: 29.30 and 30.83 MiB).
     """
     dim, c = dims(model, ParallelSpec()), model.compute_bytes
     attention = held_in_backward(effects[index], ("attention.", "attention_norm."))
-    rebuilt = rebuilds(effects[index], "attention.softmax")
+    rebuilt = rebuilds(effects[index], "attention.softmax") and not rebuilds(effects[index], *_NORMS)
     if c == FP32:
         working = 2 * FP32
     elif rebuilt and model.softmax_bytes == FP32:
