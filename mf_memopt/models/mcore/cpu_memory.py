@@ -245,9 +245,14 @@ def _whole_layer_attention(model: ModelSpec, effects: list[LayerEffect], index: 
     attention = held_in_backward(effects[index], _ATTENTION)
     shared = {"activations kept": sum(kept[:index]), "model-level tensors": 2 * FP32 * dim.bsh_full + tables}
     read = sum(size for path, size in copies.late_by_path[index].items() if _before_scores(path))
-    # what the matmuls that have run their backward no longer hold (a float32 model's TensorMove of the whole
-    # layer is not split by matmul, and stays counted)
+    # what the matmuls that have run their backward no longer hold; a float32 model's TensorMove copies of those
+    # matmuls' weights go with them (memory-pool trace of the fresh3 set's g02, float32, fully recomputed: at layer
+    # 1's attention backward only linear_qkv's copy of that layer is left, 40.41 MiB measured; counting the whole
+    # layer's TensorMove said 43.22)
     spent = sum(size for path, size in copies.backward_by_path[index].items() if not _before_scores(path))
+    if float32_model(model):
+        spent += sum(FP32 * size for path, size in _linears(_unit_model(model, index, len(effects))).items()
+                     if not _before_scores(path))
     before = sum(copies.backward[:index])
     moments = [StagePeak(kind="attention backward", layer=index, components={
                 "activations kept": shared["activations kept"],
