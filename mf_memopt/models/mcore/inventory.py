@@ -209,8 +209,12 @@ def _cpu_mla(model: ModelSpec, dim: Dims) -> list[Saved]:
     and its norm's x*rstd, output and statistics; k/v's low-rank part (a split's output) and its norm's, with the
     early 2*x of its backward; q and k (nope + rope wide) and v as the stand-in keeps them, its output, and that
     output reshaped for linear_proj. The up projections' outputs are not kept (the split, concatenation and
-    rotary ops after them need no input in their backward). Under full recompute the split outputs that feed the
-    attention (q's and k's halves, v) are kept: MindFormers' expanded split is not marked for recompute."""
+    rotary ops after them need no input in their backward). When the attention is recomputed (the layer, or its
+    `self_attention` cell) the split outputs that feed it (q's and k's halves, v) are kept: MindFormers' split is
+    expanded into Slice ops that are not marked for recompute, so the recompute starts from them (memory-pool trace
+    of the DeepSeek-V3 fresh set's g04, its attention cell recomputed: 4.56 MiB of `Expand/_SplitWithSize/Slice`
+    outputs alive at the end of the forward, 1.14 MiB a layer, this tensor's size). The k/v norm's early 2*x reads
+    the kept low-rank part, so no recompute rebuilds it (g04: four (64, 4, 32) `Expand/_Muls/Mul` alive)."""
     t, n, c = dim.bs, model.heads, model.compute_bytes
     qk, v = t * n * (model.qk_nope + model.qk_rope), t * n * model.v_head
     saved = []
@@ -226,7 +230,8 @@ def _cpu_mla(model: ModelSpec, dim: Dims) -> list[Saved]:
     if model.qk_norm:
         saved += _cpu_low_rank_norm("self_attention.kv_layernorm", t, model.kv_lora, "linear_kv_up_proj", early=True)
     return saved + [
-        Saved(path="self_attention.split", what="q's and k's halves and v, split (kept only under full recompute)",
+        Saved(path="self_attention.split", what="q's and k's halves and v, split (kept when the attention is "
+              "recomputed)",
               nbytes=FP32 * t * (n * (2 * model.qk_nope + model.v_head + model.qk_rope) + model.qk_rope),
               recompute_input=True),
         Saved(path="self_attention.core_attention.flash_attention", what="q and k (nope + rope wide) and v, kept by "
@@ -245,7 +250,7 @@ def _cpu_low_rank_norm(cell: str, tokens: int, rank: int, consumer: str, *, earl
         Saved(path=f"{cell}.norm", what=f"normalised low-rank part (input of {consumer})", nbytes=FP32 * tokens * rank,
               output_of=cell),
         *([Saved(path=f"{cell}.norm", what="2*x of the RmsNorm backward, run early", nbytes=FP32 * tokens * rank,
-                 cpu_only=True)] if early else []),
+                 cpu_only=True, never_recomputed=True)] if early else []),
         Saved(path=f"{cell}.norm", what="rstd (per token)", nbytes=FP32 * tokens),
     ]
 
