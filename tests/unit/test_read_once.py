@@ -5,7 +5,10 @@ stage takes the `Document` (or its plan, layout, family) it is handed."""
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "mf_memopt"
 READERS = frozenset({"load_source", "read_document", "load_document", "load_plan", "plan_source"})
@@ -98,3 +101,73 @@ def test_the_check_would_see_a_stage_that_reads_the_config_again():
     assert violations({"estimate/spec.py:Stage.run": {"read_document"}, "cli.py:_plan": {"load_plan"},
                        "cli.py:_verify": {"load_document", "load_source"}}) == {
         "estimate/spec.py:Stage.run": {"read_document"}, "cli.py:_verify": {"load_document", "load_source"}}
+
+
+CONFIG = PACKAGE.parent / "configs" / "llama_tiny.yaml"
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """How often each YAML file is read, and how often a family is chosen, while a test runs."""
+    from mf_memopt.config import load, source
+
+    counts = {"reads": Counter(), "families": 0}
+    read_bytes, family_of = source.read_bytes, load.family_of
+
+    def counting_read(path):
+        counts["reads"][Path(path).name] += 1
+        return read_bytes(path)
+
+    def counting_family(document):
+        counts["families"] += 1
+        return family_of(document)
+
+    monkeypatch.setattr(source, "read_bytes", counting_read)
+    monkeypatch.setattr(load, "family_of", counting_family)
+    return counts
+
+
+def test_estimate_measure_reads_the_config_once_and_hands_the_document_to_the_child_runner(counted, monkeypatch,
+                                                                                          capsys):
+    """Before: the device's runtime, the estimate, the backend check and the child's dataset each read it."""
+    from mf_memopt.cli import main
+    from mf_memopt.config.load import Document
+    from mf_memopt.estimate import check
+    from mf_memopt.estimate.measure import Measurement
+
+    def measured(config, **_):
+        assert isinstance(config, Document) and config.source.file == str(CONFIG)
+        return Measurement(config=str(CONFIG), runtime="cpu", steps=1, peak_bytes=100 * 2**20, source="test")
+
+    monkeypatch.setattr(check, "measure_peak", measured)
+    assert main(["estimate", str(CONFIG), "--measure"]) == 0
+    assert "100 MiB" in capsys.readouterr().out
+    assert counted["reads"] == {"llama_tiny.yaml": 1} and counted["families"] == 1
+
+
+def test_auto_reads_the_config_once(counted, tmp_path, monkeypatch):
+    """Before: the time-profile lookup and the planner each read it (the planner's own YAMLs are held in memory)."""
+    from mf_memopt.cli import main
+
+    monkeypatch.setenv("MF_MEMOPT_CACHE", str(tmp_path))      # no cached time profile
+    assert main(["auto", str(CONFIG), "--runtime", "cpu", "--device-memory", "200MiB", "--json"]) == 0
+    assert counted["reads"] == {"llama_tiny.yaml": 1}
+
+
+def test_compare_chooses_each_configs_family_once(counted, tmp_path, capsys):
+    """Before: planning, the check that only the plan changed and the list of changes each chose it again."""
+    from mf_memopt.cli import main
+
+    candidate = tmp_path / "seed.yaml"
+    candidate.write_text(CONFIG.read_text().replace("seed: 0", "seed: 7"))
+    assert "seed: 0" in CONFIG.read_text()
+    assert main(["compare", str(CONFIG), str(candidate)]) == 2
+    assert ": seed: differs from the base: 7 here" in capsys.readouterr().err
+    assert counted["reads"] == {"llama_tiny.yaml": 1, "seed.yaml": 1} and counted["families"] == 2
+
+
+def test_the_launchers_preflight_reads_the_config_once(counted):
+    from mf_memopt.runtime.launch import main
+
+    assert main(["--config", str(CONFIG), "--preflight"]) == 0
+    assert counted["reads"] == {"llama_tiny.yaml": 1} and counted["families"] == 1
