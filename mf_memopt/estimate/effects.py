@@ -18,7 +18,9 @@ an enclosing cell, one with as many names the primitive itself.
   of mcore models) is kept whatever recomputes it.
 * A layer whose norm casts its input (the layernorm dtype differs from the compute dtype)
   keeps the cast copy, not its input; under full recompute it keeps the input instead (the
-  recompute starts from it), so that tensor exists only then.
+  recompute starts from it), so that tensor exists only then. Such a recompute input
+  (`recompute_input`) is kept when a recompute covers where it is made: full recompute, or
+  a recomputed cell enclosing it (mcore's multi-latent split, kept when the attention is).
 * Swap moves the tensors a layer_swap or op_swap names to host memory, except recomputed
   ones (recompute beats swap); op_swap's prefetch wins over layer_swap's.
 """
@@ -89,8 +91,9 @@ def layer_effect(plan: LayerPlan, inventory: list[Saved], ops: list[Op],
     fates = []
     for saved in inventory:
         if saved.recompute_input:
-            if plan.full_recompute is not None:
-                fates.append(TensorFate(saved=saved, fate="kept", rule=plan.full_recompute.key))
+            # the input a recompute starts from: held only when the recompute covers where it is made
+            if in_recomputed_cell(saved.path):
+                fates.append(TensorFate(saved=saved, fate="kept", rule=recomputed_by(saved.path)))
             continue
         rule = None if saved.never_recomputed else recomputed_by(saved.path, saved.output_of, saved.cpu_only)
         if rule is None and saved.rebuilt_nbytes is not None and (

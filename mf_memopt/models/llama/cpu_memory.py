@@ -38,11 +38,12 @@ from ...estimate.effects import LayerEffect
 from ...estimate.inventory import FP32, dims
 from ...estimate.memory import StagePeak
 from ...estimate.spec import ModelSpec, ParallelSpec
-from .inventory import cpu_matmul_copies
+from .inventory import cpu_attention_model, cpu_mask_bytes, cpu_matmul_copies
 
 
 def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StagePeak]:
     """Every moment `cpu_pool_peak` compares; per-layer ones carry their layer."""
+    model = cpu_attention_model(model)
     kept = [effect.bytes() - effect.bytes("recomputed") for effect in effects]  # nothing is swapped on CPU
     tables = _cpu_tables(model, effects)
     sizes = dict(zip(_LINEAR_OPS, model.layer_param_list()))
@@ -146,12 +147,17 @@ def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int
       softmax backward's first product;
     * float16 compute, attention kept: that gradient plus its float16 cast when the softmax is
       computed in another dtype;
-    * float16 compute, float32 softmax, attention recomputed: the gradient cast to float32, the
-      softmax backward's temporary and the rebuilt float32 scores the softmax read.
+    * float16 compute, float32 softmax, attention recomputed alone (its norm kept): the gradient cast
+      to float32, the softmax backward's temporary and the rebuilt float32 scores the softmax read
+      (five float32 b*n*s*s tensors with the rebuilt probabilities and their copy: b09 of `wide3`);
+    * the same under full recompute (the norms rebuilt too: one segment, rebuilt as the layer's
+      backward starts): the largest moment is the rebuild's float32 copy of the probabilities, with
+      the gradient of the probabilities and the float16 cast beside it, as with the attention kept
+      (traces of b09 under `recompute: True`, flash attention on and off: 29.30 and 30.83 MiB).
     """
     dim, c = dims(model, ParallelSpec()), model.compute_bytes
     attention = held_in_backward(effects[index], ("attention.", "attention_norm."))
-    rebuilt = rebuilds(effects[index], "attention.softmax")
+    rebuilt = rebuilds(effects[index], "attention.softmax") and not rebuilds(effects[index], *_NORMS)
     if c == FP32:
         working = 2 * FP32
     elif rebuilt and model.softmax_bytes == FP32:
@@ -185,9 +191,10 @@ _LINEAR_OPS = ("attention.wq.matmul", "attention.wk.matmul", "attention.wv.matmu
 
 
 def _cpu_tables(model: ModelSpec, effects: list[LayerEffect]) -> int:
-    """cos/sin tables (rotary_dtype), per-token statistics, the causal mask when attention is rebuilt."""
+    """cos/sin tables (rotary_dtype), per-token statistics, the causal mask when attention is rebuilt
+    (`cpu_mask_bytes`: uint8 under flash attention)."""
     dim = dims(model, ParallelSpec())
-    mask = FP32 * model.batch * model.seq * model.seq if _attention_rebuilt(effects) else 0
+    mask = cpu_mask_bytes(model) * model.batch * model.seq * model.seq if _attention_rebuilt(effects) else 0
     return model.rotary_bytes * 2 * model.seq * model.head_dim + FP32 * 3 * dim.bs + mask
 
 

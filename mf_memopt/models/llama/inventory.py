@@ -15,6 +15,8 @@ Two runtimes:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...estimate.inventory import (
     ATTENTION_INPUT,
     ATTENTION_OUTPUT,
@@ -33,7 +35,7 @@ from ...estimate.spec import ModelSpec, ParallelSpec
 
 def layer_inventory(model: ModelSpec, parallel: ParallelSpec, runtime: str) -> list[Saved]:
     if runtime == "cpu":
-        return _cpu_layer(model, dims(model, parallel))
+        return _cpu_layer(cpu_attention_model(model), dims(model, parallel))
     return _ascend_layer(model, dims(model, parallel))
 
 
@@ -140,6 +142,25 @@ def _cpu_layer(model: ModelSpec, dim: Dims) -> list[Saved]:
 
 
 _CORE = "attention.batch_matmul_q_k"
+
+
+def cpu_attention_model(model: ModelSpec) -> ModelSpec:
+    """The model as the CPU launcher runs its attention. With `use_flash_attention` the launcher's stand-in
+    (`cpu_attention.CPUFlashAttention`) casts the scores to float32 for its softmax whatever `softmax_compute_type`
+    says and casts the probabilities back to the compute dtype: its softmax dtype is float32 (memory-pool traces in
+    docs/estimator.md, "The flash-attention stand-in")."""
+    if not model.flash_attention:
+        return model
+    roles = tuple(sorted({**dict(model.roles), "softmax": "float32"}.items())) if model.roles else ()
+    return replace(model, softmax_bytes=FP32, roles=roles)
+
+
+def cpu_mask_bytes(model: ModelSpec) -> int:
+    """Bytes per element of the causal mask a recomputed attention keeps as its input: MindFormers'
+    `LowerTriangularMaskWithDynamic.construct` casts it to uint8 for flash attention (the stand-in scales it inside
+    the recomputed cell). Without flash attention it is scaled by -10000 in the compute dtype; the estimate counts
+    float32 for it (docs/estimator.md, "The flash-attention stand-in", says where that is over)."""
+    return 1 if model.flash_attention else FP32
 
 
 def cpu_matmul_copies(model: ModelSpec) -> bool:

@@ -53,7 +53,7 @@ _NORMS = ("input_layernorm.", "pre_mlp_layernorm.")
 def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StagePeak]:
     """Every moment `cpu_pool_peak` compares; per-layer ones carry their layer."""
     kept = [effect.bytes() - effect.bytes("recomputed") for effect in effects]  # nothing is swapped on CPU
-    tables = _tables(model)
+    tables = _tables(model, effects)
     copies = _weight_copies(model, effects)
     dim = dims(model, ParallelSpec())
     candidates = [
@@ -245,9 +245,14 @@ def _whole_layer_attention(model: ModelSpec, effects: list[LayerEffect], index: 
     attention = held_in_backward(effects[index], _ATTENTION)
     shared = {"activations kept": sum(kept[:index]), "model-level tensors": 2 * FP32 * dim.bsh_full + tables}
     read = sum(size for path, size in copies.late_by_path[index].items() if _before_scores(path))
-    # what the matmuls that have run their backward no longer hold (a float32 model's TensorMove of the whole
-    # layer is not split by matmul, and stays counted)
+    # what the matmuls that have run their backward no longer hold; a float32 model's TensorMove copies of those
+    # matmuls' weights go with them (memory-pool trace of the fresh3 set's g02, float32, fully recomputed: at layer
+    # 1's attention backward only linear_qkv's copy of that layer is left, 40.41 MiB measured; counting the whole
+    # layer's TensorMove said 43.22)
     spent = sum(size for path, size in copies.backward_by_path[index].items() if not _before_scores(path))
+    if float32_model(model):
+        spent += sum(FP32 * size for path, size in _linears(_unit_model(model, index, len(effects))).items()
+                     if not _before_scores(path))
     before = sum(copies.backward[:index])
     moments = [StagePeak(kind="attention backward", layer=index, components={
                 "activations kept": shared["activations kept"],
@@ -304,12 +309,20 @@ def _rerun(path: str, effect: LayerEffect) -> bool:
     return True
 
 
-def _tables(model: ModelSpec) -> int:
+def _tables(model: ModelSpec, effects: list[LayerEffect]) -> int:
     """cos/sin tables, the attention masks (float32 and the stand-in's booleans), the causal mask, per-token
-    label masks."""
+    label masks.
+
+    The causal mask is kept as uint8 (b*s*s bytes): with flash attention `CausalMaskGenerate` casts it; without,
+    the core attention casts it in each layer (`FlashAttention.construct`), so where a recompute runs that cast
+    again the mask is held in the compute dtype instead (memory-pool traces of a fully recomputed float32 Qwen3
+    with and without flash attention: a (2, 128, 128) float32 `CausalMaskGenerate/Sub` in place of the
+    (2, 1, 128, 128) uint8 `Cast`; the MoE wide2 set's f02 likewise)."""
     b, s, n = model.batch, model.seq, model.heads
     rotary = model.qk_rope if model.mla else model.head_dim      # multi-latent attention rotates qk_rope wide
-    return (2 * FP32 * s * rotary + (FP32 + 1) * b * n * s * s + b * s * s + s * s
+    recast = not model.flash_attention and any(rebuilds(effect, "self_attention.") for effect in effects)
+    causal = (model.compute_bytes if recast else 1) * b * s * s
+    return (2 * FP32 * s * rotary + (FP32 + 1) * b * n * s * s + causal + s * s
             + 3 * FP32 * b * s)
 
 

@@ -172,10 +172,7 @@ def _cpu_attention(model: ModelSpec, dim: Dims, half: bool) -> list[Saved]:
                       cpu_only=True),
                 Saved(path=f"{cell}.norm", what="rstd (per token and head)", nbytes=FP32 * rows),
             ]
-    saved += [
-        Saved(path="self_attention.core_attention.flash_attention", what="q, k and v as the FlashAttention cell "
-              "casts them (float16), kept by the CPU stand-in's backward", nbytes=FP16 * (dim.q + 2 * dim.kv),
-              never_recomputed=True),
+    saved += [_stand_in_inputs(model, dim),
         Saved(path="self_attention.core_attention.flash_attention", what="attention output (float32), kept by the "
               "CPU stand-in's backward", nbytes=FP32 * dim.q, never_recomputed=True),
     ]
@@ -190,14 +187,34 @@ def _cpu_attention(model: ModelSpec, dim: Dims, half: bool) -> list[Saved]:
     return saved
 
 
+def _stand_in_inputs(model: ModelSpec, dim: Dims) -> Saved:
+    """q, k and v as the CPU stand-in's backward keeps them. With flash attention `SelfAttention.construct` casts
+    them to float16 first; without it they stay in the compute dtype, k and v repeated to every query head
+    (`_repeat_kv`). Memory-pool traces of a float32 Qwen3 (4 layers, 4 heads of 32, seq 128, batch 2) with and
+    without flash attention: 0.1875 MiB more per layer without it, the three float32 (2, 4, 128, 32) Transposes
+    of `core_attention` in place of float16 ones; the MoE wide2 set's f02 (float32, no flash attention): 1.32 MiB
+    of its 2.23 MiB miss."""
+    if model.flash_attention:
+        return Saved(path="self_attention.core_attention.flash_attention", what="q, k and v as the attention casts "
+                     "them for flash attention (float16), kept by the CPU stand-in's backward",
+                     nbytes=FP16 * (dim.q + 2 * dim.kv), never_recomputed=True)
+    return Saved(path="self_attention.core_attention.flash_attention", what="q, and k and v repeated to every head, "
+                 "in the compute dtype (no flash attention), kept by the CPU stand-in's backward",
+                 nbytes=model.compute_bytes * 3 * dim.q, never_recomputed=True)
+
+
 def _cpu_mla(model: ModelSpec, dim: Dims) -> list[Saved]:
     """Multi-latent attention on CPU (float32), read off the allocation logs of tiny DeepSeek-V3 configs with
     q_lora_rank 64-192, kv_lora_rank 32-96, 4 and 8 heads, head widths apart, seq 128 and 256: q's low-rank part
     and its norm's x*rstd, output and statistics; k/v's low-rank part (a split's output) and its norm's, with the
     early 2*x of its backward; q and k (nope + rope wide) and v as the stand-in keeps them, its output, and that
     output reshaped for linear_proj. The up projections' outputs are not kept (the split, concatenation and
-    rotary ops after them need no input in their backward). Under full recompute the split outputs that feed the
-    attention (q's and k's halves, v) are kept: MindFormers' expanded split is not marked for recompute."""
+    rotary ops after them need no input in their backward). When the attention is recomputed (the layer, or its
+    `self_attention` cell) the split outputs that feed it (q's and k's halves, v) are kept: MindFormers' split is
+    expanded into Slice ops that are not marked for recompute, so the recompute starts from them (memory-pool trace
+    of the DeepSeek-V3 fresh set's g04, its attention cell recomputed: 4.56 MiB of `Expand/_SplitWithSize/Slice`
+    outputs alive at the end of the forward, 1.14 MiB a layer, this tensor's size). The k/v norm's early 2*x reads
+    the kept low-rank part, so no recompute rebuilds it (g04: four (64, 4, 32) `Expand/_Muls/Mul` alive)."""
     t, n, c = dim.bs, model.heads, model.compute_bytes
     qk, v = t * n * (model.qk_nope + model.qk_rope), t * n * model.v_head
     saved = []
@@ -213,7 +230,8 @@ def _cpu_mla(model: ModelSpec, dim: Dims) -> list[Saved]:
     if model.qk_norm:
         saved += _cpu_low_rank_norm("self_attention.kv_layernorm", t, model.kv_lora, "linear_kv_up_proj", early=True)
     return saved + [
-        Saved(path="self_attention.split", what="q's and k's halves and v, split (kept only under full recompute)",
+        Saved(path="self_attention.split", what="q's and k's halves and v, split (kept when the attention is "
+              "recomputed)",
               nbytes=FP32 * t * (n * (2 * model.qk_nope + model.v_head + model.qk_rope) + model.qk_rope),
               recompute_input=True),
         Saved(path="self_attention.core_attention.flash_attention", what="q and k (nope + rope wide) and v, kept by "
@@ -232,7 +250,7 @@ def _cpu_low_rank_norm(cell: str, tokens: int, rank: int, consumer: str, *, earl
         Saved(path=f"{cell}.norm", what=f"normalised low-rank part (input of {consumer})", nbytes=FP32 * tokens * rank,
               output_of=cell),
         *([Saved(path=f"{cell}.norm", what="2*x of the RmsNorm backward, run early", nbytes=FP32 * tokens * rank,
-                 cpu_only=True)] if early else []),
+                 cpu_only=True, never_recomputed=True)] if early else []),
         Saved(path=f"{cell}.norm", what="rstd (per token)", nbytes=FP32 * tokens),
     ]
 
@@ -322,7 +340,12 @@ def _moe_ops(model: ModelSpec, tokens: int) -> list[Op]:
 def _cpu_norm(cell: str, bsh: int, bs: int, half: bool, *, consumer: str) -> list[Saved]:
     """A FusedRMSNorm on CPU (the stand-in computes in float32): x * rstd, its output, the early 2*x, rstd. With
     float16 compute the first norm's output is kept as its float16 cast (linear_qkv's backward casts it late); the
-    MLP's matmuls run in float32 and keep the norm's float32 output."""
+    MLP's matmuls run in float32 and keep the norm's float32 output.
+
+    Under full recompute the first norm's early 2*x is kept with float32 compute (memory-pool traces of a float32
+    Qwen3 of 4 layers, hidden 128, seq 128, batch 2, fully recomputed: one (128, 2, 128) `Expand/_Muls/Mul` a layer
+    alive at the end of the forward, 0.5 MiB in all; the MoE wide2 set's f02: five, 0.76 MiB of its miss) and not
+    with float16 compute (the same Qwen3 with float16 compute: only the final norm's)."""
     role = MLP_INPUT if consumer == "linear_fc1" else ATTENTION_INPUT
     if half and consumer == "linear_qkv":
         # linear_qkv's backward casts its float16 input itself, late
@@ -334,7 +357,10 @@ def _cpu_norm(cell: str, bsh: int, bs: int, half: bool, *, consumer: str) -> lis
     return [
         Saved(path=f"{cell}.norm", what="x * rstd", nbytes=FP32 * bsh),
         *output,
-        Saved(path=f"{cell}.norm", what="2*x of the RmsNorm backward, run early", nbytes=FP32 * bsh, cpu_only=True),
+        # a fully recomputed layer keeps its input, so with float32 compute the first norm's 2*x is still made early
+        # and held (as in the legacy Llama); with float16 compute the norm's input is a cast the recompute rebuilds
+        Saved(path=f"{cell}.norm", what="2*x of the RmsNorm backward, run early", nbytes=FP32 * bsh, cpu_only=True,
+              kept_by_full_recompute=cell == "input_layernorm" and not half),
         Saved(path=f"{cell}.norm", what="rstd (per token)", nbytes=FP32 * bs),
     ]
 

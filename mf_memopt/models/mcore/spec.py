@@ -66,6 +66,14 @@ def _shared_ffn(view: Source) -> int:
     return (model_value(view, "n_shared_experts") or 0) * model_value(view, "moe_intermediate_size")
 
 
+def _flash_attention(view: Source) -> bool:
+    """`use_flash_attention` as MindFormers builds the model: TransformerConfig's default is True. Without it,
+    `SelfAttention.construct` (`parallel_core/training_graph/transformer/attention.py`) hands q, k and v to the
+    core attention in the compute dtype (with flash attention it casts them to float16) and the attention mask
+    stays in the compute dtype until the core attention's uint8 cast (`mask_generate.py`)."""
+    return model_value(view, "use_flash_attention") is not False
+
+
 def model_spec(source: Source, issues: list[ConfigIssue]) -> ModelSpec | None:
     view, _ = mcore_view(source)            # how the YAML spells its keys is reported by `validate`
     arch, path = architecture(view)
@@ -100,7 +108,7 @@ def model_spec(source: Source, issues: list[ConfigIssue]) -> ModelSpec | None:
         compute_bytes=DTYPE_BYTES[by_role["compute"]], param_bytes=DTYPE_BYTES[by_role["param"]],
         softmax_bytes=DTYPE_BYTES[by_role["softmax"]], layernorm_bytes=DTYPE_BYTES[by_role["layernorm"]],
         rotary_bytes=DTYPE_BYTES[by_role["rotary"]], dtypes=tuple(sorted(dtypes.items())),
-        roles=tuple(sorted(by_role.items())), flash_attention=True, tie_embeddings=tied,
+        roles=tuple(sorted(by_role.items())), flash_attention=_flash_attention(view), tie_embeddings=tied,
         qk_norm=arch.name in _QK_NORM_ALWAYS or bool(model_value(view, "qk_layernorm")),
         clip_grad=step_form(view).clip_grad, fused_linears=True, dense_layers=dense, mtp_layers=mtp, **mla,
         **({"experts": values["num_experts"], "top_k": values["num_experts_per_tok"],
