@@ -141,20 +141,26 @@ def test_auto_offers_the_shared_experts_where_the_model_has_them():
     assert r"mlp\.shared_experts" not in MCORE.auto_cells_for(qwen3_moe).select
 
 
-# The second DeepSeek-V3 set (`sweep_deepseek.py --set fresh`, seed 20261214), held to 5%: fitted. Its g04 (-9.4% at
-# first comparison: q projected directly, the attention cell recomputed) was traced and a term changed for it (the
-# multi-latent split's outputs, kept when the attention is recomputed, not only under full recompute). Known misses,
-# each strict.
-FRESH_KNOWN: dict[str, str] = {}
+# The later DeepSeek-V3 sets (`sweep_deepseek.py --set S`), held to 5%. `fresh` (seed 20261214) is fitted: its g04
+# (-9.4% at first comparison: q projected directly, the attention cell recomputed) was traced and a term changed for
+# it (the multi-latent split's outputs, kept when the attention is recomputed, not only under full recompute).
+# `fresh2` (seed 20261218), drawn and measured while that term was made and first compared after it, is held out.
+# Known misses, each strict.
+FRESH_KNOWN = {"q05": "+7.8% at first comparison (152.37 MiB measured to the byte, 164.21 estimated at the end of the "
+                      "forward): 4 layers, 1 dense, MTP, 4 routed experts top-4 of width 256, no shared expert, seq "
+                      "256, batch 2, select recompute of mlp.experts, a fixed loss scale with clip-grad; not traced "
+                      "(fresh2 is held out)"}
+FRESH_HELD_OUT = ("fresh2",)
 
 
-@pytest.mark.parametrize("config", [pytest.param(config, id=f"fitted-fresh-{config.name}", marks=[
-    pytest.mark.xfail(reason=FRESH_KNOWN[config.name], strict=True)] if config.name in FRESH_KNOWN else [])
-    for config in generate_deepseek("fresh")])
-def test_the_deepseek_fresh_set_stays_within_five_percent_of_its_peak(config, tmp_path):
+@pytest.mark.parametrize(("which", "config"), [pytest.param(
+    which, config, id=f"{'held-out' if which in FRESH_HELD_OUT else 'fitted'}-{which}-{config.name}",
+    marks=[pytest.mark.xfail(reason=FRESH_KNOWN[config.name], strict=True)] if config.name in FRESH_KNOWN else [])
+    for which in ("fresh", "fresh2") for config in generate_deepseek(which)])
+def test_the_later_deepseek_sets_stay_within_five_percent_of_their_peaks(which, config, tmp_path):
     from benchmarks.sweep_deepseek import data_file
 
-    entry = {item["name"]: item for item in json.loads(data_file("fresh").read_text())["configs"]}[config.name]
+    entry = {item["name"]: item for item in json.loads(data_file(which).read_text())["configs"]}[config.name]
     assert "exact_mib" in entry, f"{config.name}: {entry.get('error', 'not measured to the byte')}"
     estimated = estimate_config(config.write(tmp_path / f"{config.name}.yaml"), runtime="cpu").stages[0].peak.peak
     reference = measured_reference(entry)
