@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import yaml
+from shared_runs import verify_shipped
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,15 +52,12 @@ def test_the_shipped_qwen3_plan_trains_bit_identically_to_no_recompute(tmp_path)
     assert result["differing_parameters"] == [] and result["parameters"] > 0
 
 
-def test_a_shipped_swap_plans_offload_marks_reach_the_graph_and_change_no_number(tmp_path):
+def test_a_shipped_swap_plans_offload_marks_reach_the_graph_and_change_no_number(tmp_path, tmp_path_factory):
     """What this proves on CPU, exactly: the candidate's compiled graph carries the plan's offload marks, and a
     graph with them trains bit-identically to one without. CPU moves nothing to the host, so it says nothing about
     the transfer itself; on Ascend the same comparison covers the transfer too."""
-    swap = ROOT / "configs" / "swap_case2_layer_swap.yaml"
-    verified = subprocess.run([sys.executable, "-m", "mf_memopt", "verify", str(swap), "--json"], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=600,
-                              env={"GLOG_v": "3", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT),
-                                   "HOME": str(tmp_path)})
+    # the session's one verify of the shipped config (test_verify_e2e.py reads the same run)
+    verified = verify_shipped(tmp_path_factory, "configs/swap_case2_layer_swap.yaml")
     assert verified.returncode == 0, verified.stderr[-3000:]
     graph = json.loads(verified.stdout)
     assert graph["agrees"] and [sorted(layer["offloaded"]) for layer in graph["layers"]] == [["20"], [], [], ["20"]]

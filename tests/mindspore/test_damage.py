@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 
 from children import only_child
 from full_disk import fill, full_disk_env
+from shared_runs import llama_tiny_trained
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "llama_tiny.yaml"
@@ -31,11 +33,12 @@ def _launch(tmp_path: Path, *extra: str, timeout: float = 600) -> subprocess.Com
 
 
 def _tokens(tmp_path: Path, name: str = "tokens.mindrecord") -> Path:
-    """A fresh token file (a MindRecord header names its own file: a copy would read the original)."""
-    path = tmp_path / name
-    subprocess.run([sys.executable, "-m", "mf_memopt.data", str(TINY), "--out", str(path)], env=_env(), check=True,
-                   capture_output=True)
-    return path
+    """A fresh token file (a MindRecord header names its own file: a copy would read the original), written here as
+    `python -m mf_memopt.data` writes it (without a child that imports MindSpore again)."""
+    from mf_memopt.config.source import load_source
+    from mf_memopt.runtime.data import token_spec, write_mindrecord
+
+    return write_mindrecord(token_spec(load_source(TINY), path=str(tmp_path / name)))
 
 
 def _overwrite_the_middle(path: Path, size: int = 4096, seed: int = 1) -> None:
@@ -80,10 +83,12 @@ def test_a_truncated_dataset_is_named_without_a_traceback(tmp_path):
         f"traceback is in {tmp_path}/out/log/rank_0/mf_memopt_failure.log)")
 
 
-def test_resuming_from_a_truncated_checkpoint_names_it_and_the_one_before(tmp_path):
+def test_resuming_from_a_truncated_checkpoint_names_it_and_the_one_before(tmp_path, tmp_path_factory):
     tokens = _tokens(tmp_path)
-    first = _launch(tmp_path, "--output_dir", str(tmp_path / "first"), "--train_dataset_dir", str(tokens))
+    # the session's one full run of the tiny Llama (test_launcher_e2e.py reads it too); its checkpoints are copied
+    first, output, _ = llama_tiny_trained(tmp_path_factory)
     assert first.returncode == 0, first.stderr[-2000:]
+    shutil.copytree(output / "checkpoint", tmp_path / "first" / "checkpoint")
     saved = tmp_path / "first" / "checkpoint" / "rank_0"
     cut = saved / "llama_tiny_rank_0-1_16.ckpt"
     cut.chmod(0o600)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from shared_runs import POOL_LOG, llama_tiny_trained
 
 from mf_memopt.estimate.measure import CPU_PEAK
 
@@ -22,7 +23,6 @@ ROOT = Path(__file__).resolve().parents[2]
 WORK = Path()       # the module's own temporary directory (`_work`): nothing is written into the checkout
 # MindFormers' MFLossMonitor line: "{ Epoch:[  1/  1], step:[    3/   16], loss:[5.418386/5.512039], ..."
 LOSS = re.compile(r"step:\[\s*(\d+)/\s*(\d+)\], loss:\[([\d.]+)/")
-POOL_LOG = {"GLOG_v": "2", "MS_SUBMODULE_LOG_v": "{PRE_ACT:1}"}
 
 
 def _checkout() -> set[str]:
@@ -32,6 +32,15 @@ def _checkout() -> set[str]:
         folders[:] = [name for name in folders if not name.startswith(".") and name != "__pycache__"]
         found |= {os.path.relpath(os.path.join(folder, name), ROOT) for name in files}
     return found
+
+
+@pytest.fixture(scope="module")
+def default(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path, Path]:
+    """The shipped tiny Llama trained on its whole dataset with the pool log: the session's one run
+    (`shared_runs.llama_tiny_trained`; test_damage.py resumes from a copy of its checkpoints)."""
+    done, output, tokens = llama_tiny_trained(tmp_path_factory)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done, output, tokens
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -57,12 +66,11 @@ def _tokens(config: str) -> str:
 
 
 @cache
-def _trained(config: str, steps: int | None = 2, pool: bool = False) -> tuple[subprocess.CompletedProcess, Path]:
+def _trained(config: str, steps: int = 2) -> tuple[subprocess.CompletedProcess, Path]:
     output = WORK / f"{Path(config).stem}-{steps}"
     shutil.rmtree(output, ignore_errors=True)              # checkpoints of an earlier session would add up
-    cap = ("--train_steps", str(steps)) if steps else ()
-    done = _launch("--config", config, "--run_mode", "train", *cap, "--output_dir", str(output), "--force",
-                   "--train_dataset_dir", _tokens(config), env=POOL_LOG if pool else None)
+    done = _launch("--config", config, "--run_mode", "train", "--train_steps", str(steps), "--output_dir",
+                   str(output), "--force", "--train_dataset_dir", _tokens(config))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done, output
 
@@ -83,8 +91,8 @@ def _peak(done: subprocess.CompletedProcess) -> int:
     return int(peaks[-1])
 
 
-def test_default_config_trains_its_dataset_and_writes_checkpoints():
-    done, output = _trained("configs/llama_tiny.yaml", steps=None, pool=True)
+def test_default_config_trains_its_dataset_and_writes_checkpoints(default):
+    done, output, _ = default
     assert _messages(done, "Set ") == [f"Set select recompute at layer {index}: feed_forward" for index in range(4)]
     assert _messages(done, "Formative") == [
         "Formative layer_recompute: [[0]]", "Formative select_recompute: {'feed_forward': [[4]]}",
@@ -103,8 +111,8 @@ def test_default_config_trains_its_dataset_and_writes_checkpoints():
     assert _messages(done, "training finished after 16 step(s) of this run, loss ")
 
 
-def test_harmless_mindformers_warnings_are_one_line_on_the_console_and_kept_in_the_log():
-    done, output = _trained("configs/llama_tiny.yaml", steps=None, pool=True)
+def test_harmless_mindformers_warnings_are_one_line_on_the_console_and_kept_in_the_log(default):
+    done, output, _ = default
     assert "No module named 'hyper_parallel'" not in done.stdout and "The input config" not in done.stdout
     (summary,) = [line for line in _messages(done, "") if "harmless MindFormers warning(s) not shown" in line]
     assert "optional PyNative models need the unpublished hyper_parallel package" in summary
@@ -113,10 +121,10 @@ def test_harmless_mindformers_warnings_are_one_line_on_the_console_and_kept_in_t
     assert "No module named 'hyper_parallel'" in info and "The input config" in info
 
 
-def test_resume_from_a_checkpoint_continues_where_the_run_was():
-    full, output = _trained("configs/llama_tiny.yaml", steps=None, pool=True)
+def test_resume_from_a_checkpoint_continues_where_the_run_was(default):
+    full, output, tokens = default
     resumed = _launch("--config", "configs/llama_tiny.yaml", "--output_dir", str(WORK / "resumed"), "--force",
-                      "--train_dataset_dir", _tokens("configs/llama_tiny.yaml"), "--train_steps", "2",
+                      "--train_dataset_dir", str(tokens), "--train_steps", "2",
                       "--load_checkpoint", str(output / "checkpoint"),
                       "--resume_training", "llama_tiny_rank_0-1_8.ckpt")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
@@ -125,14 +133,14 @@ def test_resume_from_a_checkpoint_continues_where_the_run_was():
     assert losses[9] == pytest.approx(_losses(full)[9], abs=1e-4)
 
 
-def test_recompute_lowers_the_pool_peak_on_the_training_path(tmp_path):
-    recomputed, _ = _trained("configs/llama_tiny.yaml", steps=None, pool=True)
+def test_recompute_lowers_the_pool_peak_on_the_training_path(tmp_path, default):
+    recomputed, _, tokens = default
     document = yaml.safe_load((ROOT / "configs/llama_tiny.yaml").read_text())
     document["recompute_config"]["select_recompute"] = False
     config = tmp_path / "no_recompute.yaml"
     config.write_text(yaml.safe_dump(document))
     plain = _launch("--config", str(config), "--output_dir", str(tmp_path / "out"), "--train_steps", "1",
-                    "--train_dataset_dir", _tokens("configs/llama_tiny.yaml"), env=POOL_LOG)
+                    "--train_dataset_dir", str(tokens), env=POOL_LOG)
     assert plain.returncode == 0, plain.stdout[-3000:] + plain.stderr[-3000:]
     assert _peak(recomputed) < 0.8 * _peak(plain)
 

@@ -4,6 +4,7 @@ without changing a loss, and the compiled graph carries what the plan and MindFo
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from shared_runs import verify_shipped
 
 from mf_memopt.estimate.measure import CPU_PEAK
 
@@ -87,16 +89,16 @@ def test_without_clip_grad_the_step_compiles_reports_the_norm_and_recompute_stil
 
 
 def _verify(config: Path, cwd: Path) -> dict:
-    import json
-
     done = subprocess.run([sys.executable, "-m", "mf_memopt", "verify", str(config), "--json"], capture_output=True,
                           text=True, timeout=900, cwd=cwd, env={**os.environ, "GLOG_v": "3", "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return json.loads(done.stdout)
 
 
-def test_verify_finds_the_plan_and_mindformers_own_marks_in_the_graph(tmp_path):
-    result = _verify(QWEN3, tmp_path)
+def test_verify_finds_the_plan_and_mindformers_own_marks_in_the_graph(tmp_path_factory):
+    done = verify_shipped(tmp_path_factory, "configs/qwen3_tiny.yaml")    # the session's one (test_verify_e2e.py)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(done.stdout)
     assert result["agrees"] is True
     assert [layer["recompute"] for layer in result["layers"]] == [["mlp"]] * 4
     assert all(layer["copies"] > 0 for layer in result["layers"])
