@@ -483,6 +483,8 @@ def shipped(remeasure: bool = False) -> float:
     configs = sorted((REPO / "configs").glob("*.yaml"))
     data = _load(SHIPPED_DATA)
     entries = {entry["name"]: entry for entry in data.get("configs", [])}
+    if remeasure:
+        data.pop("launcher", None)      # every entry is measured again, by today's launcher
     for config in configs:
         name = config.relative_to(REPO).as_posix()
         if remeasure or name not in entries:
