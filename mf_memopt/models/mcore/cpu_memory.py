@@ -39,7 +39,7 @@ from ...estimate.cpu_step import (
     weight_copies,
 )
 from ...estimate.effects import LayerEffect
-from ...estimate.inventory import FP32, Dims, dims
+from ...estimate.inventory import ATTENTION_OUTPUT, FP32, Dims, dims
 from ...estimate.memory import StagePeak
 from ...estimate.pool_log import POOL_ALIGNMENT as POOL_BLOCK
 from ...estimate.spec import ModelSpec, ParallelSpec
@@ -84,7 +84,7 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
     early = {EARLY_VOCABULARY: 2 * FP32 * model.vocab * model.hidden, **constants}
     candidates = [StagePeak(kind=candidate.kind, layer=candidate.layer, components={**candidate.components, **early})
                   for candidate in candidates]
-    if (float32_model(model) or _mixed(model)) and not (model.experts or model.mla):
+    if model.param_bytes == FP32 and not (model.experts or model.mla):
         candidates.extend(_dense_optimizer(model, len(effects), constants))
     elif _mixed(model):
         candidates.extend(_mixed_optimizer(model, len(effects), early))
@@ -151,7 +151,8 @@ def _mixed_optimizer(model: ModelSpec, layers: int, early: dict[str, int]) -> li
 
 
 def _dense_optimizer(model: ModelSpec, layers: int, constants: dict[str, int]) -> list[StagePeak]:
-    """AdamW on a dense model with float32 parameters (float32 or float16 compute), as the runtime orders it: every
+    """AdamW on a dense model with float32 parameters (float32 or float16 compute, norms in either: MindFormers' mcore
+    norms keep their weight in `params_dtype`, `transformer/norm.py`), as the runtime orders it: every
     parameter's selected gradient and the first product of its update (two float32 tensors each) are made first;
     then the updates run one parameter at a time in parameter order (the embedding; each layer's linear_proj,
     linear_qkv, linear_fc1, linear_fc2; ...), each making three temporaries of its size (two TensorMove copies of
@@ -164,7 +165,10 @@ def _dense_optimizer(model: ModelSpec, layers: int, constants: dict[str, int]) -
     152.79 at layer 0's linear_qkv, linear_proj done; fresh5's n11 (float16 compute): 79.99 at layer 0's
     linear_fc1, its three temporaries on top. The rules they replace, three temporaries of the largest weight on
     top of every parameter's two tensors (float32) and one (float16 compute), agree where the vocabulary matrix
-    is the largest and missed these by +7.2%, +8.4% and -9.8%."""
+    is the largest and missed these by +7.2%, +8.4% and -9.8%. With float16 norms the runtime orders it the same
+    (memory-pool trace of the wide3 set's h06, float16 compute and norms: 109.02 MiB at the embedding's update, every
+    parameter's two float32 tensors, both decayed vocabulary products and the update's `Add`; the side-by-side rule
+    said 119.95, +10.0%)."""
     params = stage_params(model, layers)
     qkv, proj, fc1, fc2, *_ = model.layer_param_list()
     embedding = model.vocab * model.hidden
@@ -181,17 +185,47 @@ def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int
     """Inside layer `index`'s attention backward: the MLP's gradients exist, and the CPU stand-in's backward
     computes the probabilities again: the scores less their maximum, the softmax and the gradient product, three
     float32 b*n*s*s tensors. A recomputed attention also rebuilds the float32 mask and its boolean broadcast
-    (memory-pool trace of the fresh set's d01: 44 MiB of b*n*s*s tensors at 16 heads of seq 256)."""
+    (memory-pool trace of the fresh set's d01: 44 MiB of b*n*s*s tensors at 16 heads of seq 256). A float32 layer
+    without flash attention peaks when the stand-in rebuilds the scores, v and the output already read and freed
+    (`_read_before_scores_rebuilt`)."""
     dim = dims(model, ParallelSpec())
     rebuilt = rebuilds(effects[index], "self_attention.")
-    fc1, fc2, *_ = _unit_model(model, index, len(effects)).mlp_params()
+    unit = _unit_model(model, index, len(effects))
+    fc1, fc2, *_ = unit.mlp_params()
+    working = held_in_backward(effects[index], _ATTENTION) + copies.late[index] \
+        + (3 * FP32 + ((FP32 + 1) if rebuilt else 0)) * dim.scores
+    copies_held, gradients = sum(copies.backward[:index + 1]), model.gradient_bytes * (fc1 + fc2)
+    if _float32_plain_attention(model, rebuilt):
+        working += FP32 * dim.q - _read_before_scores_rebuilt(effects[index], model, dim)
+        copies_held -= sum(FP32 * size for path, size in _linears(unit).items() if not _before_scores(path))
+        gradients += model.gradient_bytes * _linears(unit)[_PROJ]
     return StagePeak(kind="attention backward", layer=index, components={
         "activations kept": sum(kept[:index]),
-        "weight copies": sum(copies.backward[:index + 1]),
-        "gradients so far": gradients_after(model, index, len(effects)) + model.gradient_bytes * (fc1 + fc2),
+        "weight copies": copies_held,
+        "gradients so far": gradients_after(model, index, len(effects)) + gradients,
         "model-level tensors": 2 * FP32 * dim.bsh_full + tables,
-        "layer working set": held_in_backward(effects[index], _ATTENTION) + copies.late[index]
-                             + (3 * FP32 + ((FP32 + 1) if rebuilt else 0)) * dim.scores})
+        "layer working set": working})
+
+
+def _float32_plain_attention(model: ModelSpec, rebuilt: bool) -> bool:
+    """A float32 dense layer (no experts, no multi-latent attention) without flash attention whose attention is not
+    recomputed: the case `_read_before_scores_rebuilt` was traced on (Qwen3 and TeleChat3)."""
+    return float32_model(model) and not (model.flash_attention or model.mla or model.experts or rebuilt)
+
+
+def _read_before_scores_rebuilt(effect: LayerEffect, model: ModelSpec, dim: Dims) -> int:
+    """What a float32 attention without flash attention has read and freed when the stand-in's backward rebuilds its
+    scores (`cpu_kernels._Attention.bprop`): linear_proj's backward has read its input, then the stand-in's backward
+    has run `dO @ v^T` (v's last reader) and `dO * out` (the output's), before `q @ k^T`; the output's gradient
+    (b*n*s*d, float32) is alive instead, and so are q and k. The layer's TensorMove copies of linear_proj, linear_fc1
+    and linear_fc2 are freed by their backward matmuls, and linear_proj's gradient exists (`_attention_backward`).
+
+    Memory-pool trace of the wide3 set's h08 (TeleChat3, float32, 12 heads of 36 on a hidden of 72, seq 171, no
+    recompute): 29.13 MiB at layer 1's rebuilt scores (`_Attention/Mul-op1`), its q and k (`Transpose-op0`, `-op1`)
+    and the output's gradient (`Grad_Transpose/Transpose-op1`) alive, v, the output and linear_proj's input freed;
+    counted as alive they made the estimate 31.08 MiB (+6.7%)."""
+    proj_input = sum(held_bytes(item) for item in effect.tensors if item.saved.role == ATTENTION_OUTPUT)
+    return model.compute_bytes * dim.q + FP32 * dim.q + proj_input      # v, the output, linear_proj's input
 
 
 def _first_attention(model: ModelSpec, effects: list[LayerEffect], copies: WeightCopies, tables: int) -> StagePeak:
