@@ -71,7 +71,9 @@ BASE_STEP = "scale 1, clip"
 # wide3: drawn and measured to the byte while the estimator's last change was made (3397990: the optimizer moment of
 # float16 parameters with float32 norms, the tied matrix's copy), first compared after it; fitted since its b09
 # (-20.0%) changed the flash-attention stand-in's terms (a float32 softmax, a uint8 mask: docs/estimator.md)
-# wide4: drawn (at 9f2e6eb) and measured to the byte while the estimator's last change was made, first compared after it
+# wide4: drawn (at 9f2e6eb) and measured to the byte while the estimator's last change was made, first compared after it;
+# fitted since its i09 (+6.9%) changed the causal mask without flash attention to the compute dtype and, with it, the
+# attention backward of a recomputed float16 attention (docs/estimator.md)
 WIDE_SETS = {"wide": (20261206, "z", 12), "wide2": (20261207, "a", 12), "wide3": (20261211, "b", 11),
              "wide4": (20261215, "i", 11)}
 PAIRS = 16

@@ -12,8 +12,9 @@ parameters (`optimizer_steps`). The peak is the largest of
                       other dtypes: 2*4*P + 4*p_vocab + 4*max(2*p_layer, [compute float16] V*h)
 with S_j the kept tensors of layer j, S_all(i) all of layer i's tensors (rebuilt if
 recomputed), G(i) the gradients already computed (layers after i, lm_head, final norm),
-M_fwd = e*(4*b*s*h + 2*s*d + 3*b*s), M_bwd = e*(2*b*s*h + 2*s*d + 3*b*s), plus e*b*s*s for
-the causal mask when some attention is recomputed (it is kept as a recompute input).
+M_fwd = e*(4*b*s*h + 2*s*d + 3*b*s), M_bwd = e*(2*b*s*h + 2*s*d + 3*b*s), plus m*b*s*s for
+the causal mask when some attention is recomputed (it is kept as a recompute input; m is
+the compute dtype's bytes without flash attention, 1 with it: `inventory.cpu_mask_bytes`).
 AdamW's decayed float32 copies of the embedding and lm_head (p_vocab) are computed at the start
 of the step and held to its end. Weight copies: mixed-precision models cast each Linear weight to
 float32 for CPU MatMul; a float32 model copies each decoder-layer parameter instead (the
@@ -66,7 +67,7 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
             "layer working set": held_in_mlp_backward(effects[index], _NORMS, ("attention.",))
                                  + 2 * FP32 * dim.bsf + copies.late[index]
                                  + effects[index].backward_extra}))
-        candidates.append(_attention_backward(model, effects, index, kept, copies, tables))
+        candidates.append(_attention_backward(model, effects, index, kept, copies, tables, sizes))
         candidates.append(_mlp_forward(model, effects, index, kept, copies, tables))
     early = {EARLY_VOCABULARY: FP32 * vocabulary_params(model)}
     candidates = [StagePeak(kind=candidate.kind, layer=candidate.layer, components={**candidate.components, **early})
@@ -138,7 +139,7 @@ def _first_scores(model: ModelSpec, effects: list[LayerEffect]) -> int:
 
 
 def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int, kept: list[int],
-                        copies: WeightCopies, tables: int) -> StagePeak:
+                        copies: WeightCopies, tables: int, sizes: dict[str, int]) -> StagePeak:
     """Inside layer `index`'s attention backward: the MLP part is done, the score gradients are alive.
 
     The layer's attention tensors (rebuilt if recomputed) are still held, and the softmax backward
@@ -153,7 +154,15 @@ def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int
     * the same under full recompute (the norms rebuilt too: one segment, rebuilt as the layer's
       backward starts): the largest moment is the rebuild's float32 copy of the probabilities, with
       the gradient of the probabilities and the float16 cast beside it, as with the attention kept
-      (traces of b09 under `recompute: True`, flash attention on and off: 29.30 and 30.83 MiB).
+      (traces of b09 under `recompute: True`, flash attention on and off: 29.30 and 30.83 MiB);
+    * float16 compute and softmax, attention recomputed alone: the softmax backward holds the float32
+      gradient of the probabilities, its float16 cast, the float16 product with the probabilities and
+      the float32 cast of its result (the sweep's s09, 42.94 MiB; b09 with flash attention off);
+    * float16 compute, the whole layer rebuilt: its backward also holds the float32 copies of the rebuilt
+      input of wq/wk/wv and of wo's incoming gradient (`_rebuilt_copies`, 4*b*s*h), and no longer the
+      TensorMove copies of the layer's own parameters (`_moved_copies`) (the sweep's s20, fresh6's t03,
+      fresh4's q09, b09 under `recompute: True`; a float32 causal mask counted for the float16 one had
+      covered them until wide4's i09).
     """
     dim, c = dims(model, ParallelSpec()), model.compute_bytes
     attention = held_in_backward(effects[index], ("attention.", "attention_norm."))
@@ -162,15 +171,37 @@ def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int
         working = 2 * FP32
     elif rebuilt and model.softmax_bytes == FP32:
         working = 3 * FP32
+    elif rebuilt:
+        working = 2 * FP32 + 2 * c
     else:
         working = FP32 + (c if model.softmax_cast else 0)
+    whole = c != FP32 and rebuilds(effects[index], "attention_norm.")
+    copies_early = (_rebuilt_copies(effects[index]) + FP32 * dim.bsh_full) if whole else 0
+    moved = _moved_copies(model, effects[index], sizes) if whole else 0
     mlp = model.gradient_bytes * 3 * model.hidden * model.ffn
     return StagePeak(kind="attention backward", layer=index, components={
         "activations kept": sum(kept[:index]),
-        "weight copies": sum(copies.backward[:index + 1]),
+        "weight copies": sum(copies.backward[:index + 1]) - moved,
         "gradients so far": gradients_after(model, index, len(effects)) + mlp,
         "model-level tensors": 2 * c * dim.bsh_full + tables,
-        "layer working set": attention + working * dim.scores + copies.late[index]})
+        "layer working set": attention + working * dim.scores + copies.late[index] + copies_early})
+
+
+def _moved_copies(model: ModelSpec, effect: LayerEffect, sizes: dict[str, int]) -> int:
+    """The TensorMove copies of the parameters a layer's recompute casts again (`weight_copies`), freed once the
+    whole layer is rebuilt: at its attention backward only the earlier layers' are alive (memory-pool trace of
+    fresh4's q09, float16 compute with float32 parameters: one layer's seven copies, 2.77 MiB, at layer 1's)."""
+    if not model.weight_cast:
+        return 0
+    return sum(model.param_bytes * size for path, size in sizes.items()
+               if _rerun(path, effect) or path in effect.recompute_scoped)
+
+
+def _rebuilt_copies(effect: LayerEffect) -> int:
+    """The float32 copies of the rebuilt normalised input of wq/wk/wv that a float16 layer's backward makes as
+    soon as its norm is rebuilt (the `Saved` item's kept size, its copies)."""
+    return sum(item.saved.nbytes for item in effect.tensors
+               if item.fate == "recomputed" and item.saved.path == "attention_norm.mul2")
 
 
 def _rerun(path: str, effect: LayerEffect) -> bool:

@@ -158,9 +158,10 @@ def cpu_attention_model(model: ModelSpec) -> ModelSpec:
 def cpu_mask_bytes(model: ModelSpec) -> int:
     """Bytes per element of the causal mask a recomputed attention keeps as its input: MindFormers'
     `LowerTriangularMaskWithDynamic.construct` casts it to uint8 for flash attention (the stand-in scales it inside
-    the recomputed cell). Without flash attention it is scaled by -10000 in the compute dtype; the estimate counts
-    float32 for it (docs/estimator.md, "The flash-attention stand-in", says where that is over)."""
-    return 1 if model.flash_attention else FP32
+    the recomputed cell). Without flash attention it is the `Mul` by -10000 (`multiply_data`, a tensor of the
+    `compute_type` LlamaModel passes, `compute_dtype`), so compute_dtype: the (b, 1, s, s) float16 `Mul` of the
+    casual_mask cell in the memory-pool trace of wide4's i09, alive at its peak."""
+    return 1 if model.flash_attention else model.compute_bytes
 
 
 def cpu_matmul_copies(model: ModelSpec) -> bool:
