@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from .child import Stopped
 from .config.errors import ConfigError
-from .config.load import load_plan
+from .config.load import load_document, load_plan
 from .config.plan import Plan
 from .config.render import formative_lines, layer_table, summary
 from .estimate.transfer import DEFAULT_HOST_GBPS, DEFAULT_TFLOPS
@@ -173,10 +173,9 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _check_data(args: argparse.Namespace) -> int:
-    from .config.source import load_source
     from .runtime.datacheck import run_check_data
 
-    return run_check_data(load_source(args.config))
+    return run_check_data(load_document(args.config).source)
 
 
 def _positive_int(text: str) -> int:
@@ -240,7 +239,7 @@ def _plan(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from .verify.check import verify, verify_table
 
-    result = verify(args.config, ir_dir=args.ir_dir)
+    result = verify(load_document(args.config), ir_dir=args.ir_dir)
     print(json.dumps(result.to_dict(), indent=2) if args.json else verify_table(result))
     if not result.agrees:
         return 1
@@ -265,7 +264,7 @@ def _estimate(args: argparse.Namespace) -> int:
 
         return measure_and_compare(args.config, runtime=args.runtime, hardware=hardware, steps=args.steps,
                                    as_json=args.json, exact=args.exact)
-    result = estimate_config(args.config, runtime=args.runtime or "ascend", hardware=hardware)
+    result = estimate_config(load_document(args.config), runtime=args.runtime or "ascend", hardware=hardware)
     print(json.dumps(result.to_dict(), indent=2) if args.json else estimate_text(result))
     if args.png:
         write_chart(result, args.png)
@@ -311,26 +310,27 @@ def _auto(args: argparse.Namespace) -> int:
     if args.balance:
         return _auto_balance(args, budget, host, margin, output)
 
+    document = load_document(args.config)           # the one reading of the config for this command
     times = None
     timed: list = []
     try:
         if args.runtime == "cpu":
             from .auto.space import cached_or_profiled
 
-            times = cached_or_profiled(args.config, measure=args.profile or args.measure, runs=args.timing_runs,
+            times = cached_or_profiled(document, measure=args.profile or args.measure, runs=args.timing_runs,
                                        report=lambda line: print(line, file=sys.stderr))
     except MeasureError as error:
         print(f"auto --profile: {error}", file=sys.stderr)
         return 1
 
     def plan_for(target: int):
-        return auto_plan(args.config, budget=target, runtime=args.runtime, host_budget=host,
+        return auto_plan(document, budget=target, runtime=args.runtime, host_budget=host,
                          hardware=Hardware(device_memory=target, tflops=args.tflops, host_gbps=args.host_bandwidth),
                          output_name=str(output or args.config), margin=margin, times=times)
 
     try:
         if args.measure:
-            rounds, result, timed = _measure(args, plan_for, budget, output, times)
+            rounds, result, timed = _measure(args, document, plan_for, budget, output, times)
         else:
             result = plan_for(budget)
     except MeasureError as error:
@@ -372,11 +372,11 @@ def _auto(args: argparse.Namespace) -> int:
     return 0
 
 
-def _measure(args: argparse.Namespace, plan_for, budget: int, output, times):
+def _measure(args: argparse.Namespace, document, plan_for, budget: int, output, times):
     """--measure: the peak rounds, then the time loop (the plan and its nearest rivals trained, interleaved)."""
     from .auto.measure import measure_plan
 
-    rounds, plan, timed = measure_plan(args.config, plan_for, budget, times, rivals=args.rivals,
+    rounds, plan, timed = measure_plan(document, plan_for, budget, times, rivals=args.rivals,
                                        runs=args.timing_runs, report=lambda line: print(line, file=sys.stderr))
     if output and not timed:
         output.write_text(plan.text, encoding="utf-8")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .child import run_owned
-from .config.source import load_source
+from .config.load import Document, load_document
 from .estimate.pool_log import ALLOCATION_LOG_LEVELS, CPU_PEAK
 from .runtime.data import DATASET_DIR, GENERATED
 
@@ -149,11 +149,12 @@ def launcher_head() -> list[str]:
     return [sys.executable, str(LAUNCHER)] if LAUNCHER.is_file() else [sys.executable, "-c", _LAUNCH_INLINE]
 
 
-def yaml_dataset(config: Path, output_dir: Path) -> Path | None:
+def yaml_dataset(config: Path | Document, output_dir: Path) -> Path | None:
     """Where a training child reads its data: tokens the YAML asks to generate are written under the child's own
     output; the YAML's own dataset is read where it is, a relative path taken from this process's directory (the
-    child runs in another); None when the YAML names none."""
-    source = load_source(config)
+    child runs in another); None when the YAML names none. `config`: a path (read here) or a document already
+    read."""
+    source = load_document(config).source
     if source.has(GENERATED):
         return output_dir / "data" / "tokens.mindrecord"
     dataset = source.get(DATASET_DIR)

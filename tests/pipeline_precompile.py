@@ -31,22 +31,22 @@ def main(config: str, out: str) -> int:
     from mf_memopt.verify.precompile import SAVE_GRAPHS_PATH, overrides_for, rank_outputs
 
     report_path = rank_outputs(Path(out) / "reports")        # before MindSpore is imported, as verify's worker
-    overrides = overrides_for(config, report_path, ranks=True)
+    from mf_memopt.config.load import load_document
+
+    document = load_document(config)
+    overrides = overrides_for(document, report_path, ranks=True)
 
     from mindspore.common.api import _CellGraphExecutor
     from mindspore.parallel._utils import _get_global_rank, _get_stage_device_num
 
     from mf_memopt.apply.execute import find_layers
-    from mf_memopt.config.load import plan_source
-    from mf_memopt.config.source import load_source
     from mf_memopt.runtime.environment import configure_logging
     from mf_memopt.runtime.session import assemble, stage_line
     from mf_memopt.runtime.train import train
 
     configure_logging()
-    source = load_source(config)
-    plan = plan_source(source)
-    session = assemble(source, plan, overrides, build_for="Ascend")
+    plan = document.planned()
+    session = assemble(document, plan, overrides, build_for="Ascend")
     report_path.write_text(session.report.to_json() + "\n")
     run, mf_config = session.run, session.config
     layers = find_layers(session.network, plan)

@@ -44,8 +44,8 @@ from scipy.sparse import lil_matrix
 
 from ..config.errors import ConfigIssue, raise_if_errors
 from ..config.layout import Layout
-from ..config.load import plan_source
-from ..config.source import Source, load_source
+from ..config.load import Document, load_document
+from ..config.source import Source
 from ..estimate.budget import device_budget
 from ..estimate.core import Estimate
 from ..estimate.memory import StageParams, ascend_moments, in_flight, stage_params
@@ -104,24 +104,25 @@ class Balanced:
         return self.balanced.step_s / self.written.step_s
 
 
-def balance_plan(config: str | Path, *, budget: int | None = None, host_budget: float = INFINITE,
+def balance_plan(config: str | Path | Document, *, budget: int | None = None, host_budget: float = INFINITE,
                  hardware: Hardware | None = None, margin: float | None = None,
                  output_name: str | None = None) -> Balanced:
     """Choose offsets and the recompute/swap plan of `config` for the least predicted step time with every
     stage's peak within `budget` bytes (ascend runtime; without it, the YAML's: `estimate.budget.device_budget`);
-    raises `InfeasibleBudget` (the smallest budget that works, per stage) or `ConfigError`."""
+    raises `InfeasibleBudget` (the smallest budget that works, per stage) or `ConfigError`. `config`: a path (read
+    here) or a document already read."""
     started = time.perf_counter()
-    path = Path(config)
-    source = load_source(path)
+    document = load_document(config)
+    source, path = document.source, Path(document.source.file)
     issues: list[ConfigIssue] = []
     resolved = device_budget(source, "ascend", budget, issues)
     raise_if_errors(issues)
     budget = resolved.nbytes
     hardware = replace(hardware or Hardware(), device_memory=budget)
-    model = _Pipeline.read(source, hardware)
+    model = _Pipeline.read(document, hardware)
     margin_share = 0.0 if margin is None else margin
     target = budget - round(budget * margin_share)
-    written = model.times(model.estimate(source), model.written_offsets())
+    written = model.times(model.estimate(document), model.written_offsets())
 
     def exact(offsets: list, held: int = budget, minimum: bool = True) -> AutoPlan:
         edited = model.with_offsets(source, offsets)
@@ -208,9 +209,11 @@ class _Pipeline:
     steps: int
 
     @classmethod
-    def read(cls, source: Source, hardware: Hardware) -> _Pipeline:
-        """Read and check the config (one `ConfigError` with every problem), then price its parts."""
-        plan = plan_source(source)
+    def read(cls, config: Source | Document, hardware: Hardware) -> _Pipeline:
+        """Check the config (a document, or a source held in memory; one `ConfigError` with every problem), then
+        price its parts."""
+        document = load_document(config)
+        source, plan = document.source, document.planned()
         issues: list = []
         spec = read_spec(source, plan.family, issues, runtime="ascend")
         keys = plan.family.keys
@@ -263,10 +266,10 @@ class _Pipeline:
         m, v = self.parallel.micro_batches, self.layout.chunks
         return max(stage_seconds) * (m + (self.stages - 1) / v) / m
 
-    def estimate(self, source: Source) -> Estimate:
+    def estimate(self, config: Source | Document) -> Estimate:
         from ..estimate.core import estimate_source
 
-        return estimate_source(source, runtime="ascend", hardware=self.hardware)
+        return estimate_source(config, runtime="ascend", hardware=self.hardware)
 
     def times(self, estimate: Estimate, offsets: list) -> PipelinePlan:
         """The estimator's peaks and times of a plan, the output heads' matmuls added to the last stage."""

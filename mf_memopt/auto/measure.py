@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config.load import Document
 from ..estimate.measure import measure_peak
 from .planner import AutoPlan
 
@@ -117,8 +118,8 @@ def measure_time(plans: list[tuple[str, AutoPlan]], budget: int, work: Path, rep
     return min(range(len(timed)), key=lambda index: timed[index].peak), timed
 
 
-def measure_plan(config: str | Path, plan_for: Callable[[int], AutoPlan], budget: int, times, *, rivals: int = 2,
-                 runs: int = 2, train=None, report: Callable[[str], None] = lambda line: None
+def measure_plan(config: str | Path | Document, plan_for: Callable[[int], AutoPlan], budget: int, times, *,
+                 rivals: int = 2, runs: int = 2, train=None, report: Callable[[str], None] = lambda line: None
                  ) -> tuple[list[Round], AutoPlan, list[Timed]]:
     """`auto --measure`: the peak rounds (`measure_rounds`), then, when the plan holds the budget, the time loop:
     the plan and its `rivals` next-fastest plans whose estimate fits (`space.PlanSpace`, priced as the search

@@ -32,9 +32,9 @@ from typing import Any
 
 from ..config.errors import ConfigIssue, raise_if_errors
 from ..config.inherit import BASE_CONFIG
-from ..config.load import plan_source
+from ..config.load import Document, load_document
 from ..config.plan import Plan
-from ..config.source import Source, load_source, parse_yaml
+from ..config.source import Source, parse_yaml
 from ..estimate.budget import device_budget
 from ..estimate.core import Estimate, estimate_source
 from ..estimate.spec import ModelSpec, read_spec
@@ -109,30 +109,29 @@ class AutoPlan:
                    for stage in self.estimate.stages)
 
 
-def auto_plan(config: str | Path, *, budget: int | None = None, runtime: str = "ascend", host_budget: float = INFINITE,
-              hardware: Hardware | None = None, choices: tuple[Choice, ...] | None = None,
-              output_name: str | None = None, margin: float | None = None, source: Source | None = None,
-              minimum: bool = True, times: TimeTable | None = None) -> AutoPlan:
+def auto_plan(config: str | Path | Document, *, budget: int | None = None, runtime: str = "ascend",
+              host_budget: float = INFINITE, hardware: Hardware | None = None,
+              choices: tuple[Choice, ...] | None = None, output_name: str | None = None, margin: float | None = None,
+              source: Source | None = None, minimum: bool = True, times: TimeTable | None = None) -> AutoPlan:
     """Plan `config` for `budget` bytes of device memory per stage, predicted peaks held to the budget less
     `margin` (the runtime's default when None); without `budget`, the YAML's (`estimate.budget.device_budget`).
-    Raises `InfeasibleBudget` or `ConfigError`. `source`, when given, is `config` already read (and perhaps
-    rewritten in memory, as `auto --balance` rewrites its offsets); with `minimum` False an `InfeasibleBudget`
+    Raises `InfeasibleBudget` or `ConfigError`. `config` is a path (read here) or a document already read;
+    `source`, when given, is `config` already read (and perhaps rewritten in memory, as `auto --balance` rewrites
+    its offsets); with `minimum` False an `InfeasibleBudget`
     does not name the smallest budgets (their search is the slow part). `times`, a measured profile of this model
     shape (`timing.py`), prices each choice by its measured time instead of its FLOPs."""
     margin = default_margin(runtime) if margin is None else margin
     if not 0 <= margin < 1:
         raise ValueError(f"the margin is a share of the budget in [0, 1), got {margin}")
-    path = Path(config)
-    if source is None:
-        source = load_source(path)      # the guarded reader, base_config followed, as every command reads
+    document = load_document(source if source is not None else config)
+    source, path = document.source, Path(document.source.file)
     issues: list[ConfigIssue] = []
     resolved = device_budget(source, runtime, budget, issues)
     raise_if_errors(issues)
     budget = resolved.nbytes
     target = budget - round(budget * margin)
     hardware = replace(hardware or Hardware(), device_memory=budget)
-    context = _Context.read(source, runtime, hardware, source.text,
-                            output_name or str(path))
+    context = _Context.read(document, runtime, hardware, source.text, output_name or str(path))
     context.times = times
     references = {"nothing": context.estimate_of(context.uniform(KEEP)),
                   "full recompute": context.estimate_of(context.uniform(Choice(full=True)))}
@@ -148,7 +147,7 @@ def auto_plan(config: str | Path, *, budget: int | None = None, runtime: str = "
     except PlannerMismatch as error:
         if runtime != "cpu":
             raise
-        return _exhaustive(path, budget, target, host_budget, hardware, times, margin, references, empty,
+        return _exhaustive(document, budget, target, host_budget, hardware, times, margin, references, empty,
                            resolved.source, time_source, str(error))
     if best is None:
         family = families.get("indices", families["counts"])
@@ -164,21 +163,21 @@ def auto_plan(config: str | Path, *, budget: int | None = None, runtime: str = "
                     time_source=time_source)
 
 
-def _exhaustive(path: Path, budget: int, target: int, host_budget: float, hardware: Hardware,
+def _exhaustive(document: Document, budget: int, target: int, host_budget: float, hardware: Hardware,
                 times: TimeTable | None, margin: float, references: dict[str, Estimate], empty: bool,
                 budget_source: str, time_source: str, why: str) -> AutoPlan:
     """The fastest count-form plan whose whole-plan estimate fits, every plan estimated (`space.py`): for the
     configs whose peak terms the layer-by-layer search cannot express (`PlannerMismatch`)."""
     from .space import PlanSpace
 
-    space = PlanSpace(path, runtime="cpu", times=times, hardware=hardware)
+    space = PlanSpace(document, runtime="cpu", times=times, hardware=hardware)
     if len(space.assignments()) > EXHAUSTIVE_LIMIT:
         raise PlannerMismatch(f"{why}; and the count-form space is too large to estimate plan by plan")
     ranked = space.ranked(target)
     if not ranked:
         lowest = min(space.candidates(), key=lambda item: item.peak)
         raise InfeasibleBudget(budget, {stage.stage: stage.peak.peak for stage in lowest.estimate.stages}, margin)
-    base = AutoPlan(config=str(path), runtime="cpu", budget=budget, host_budget=host_budget, family="counts",
+    base = AutoPlan(config=str(space.config), runtime="cpu", budget=budget, host_budget=host_budget, family="counts",
                     stages=(), text="", estimate=references["nothing"], references=references, empty=empty,
                     margin=margin, target=target, budget_source=budget_source, time_source=time_source)
     plan = space.auto_plan_of(base, ranked[0])
@@ -201,8 +200,11 @@ class _Context:
     times: TimeTable | None = None
 
     @classmethod
-    def read(cls, source: Source, runtime: str, hardware: Hardware, text: str, output_name: str) -> _Context:
-        plan = plan_source(source)
+    def read(cls, config: Source | Document, runtime: str, hardware: Hardware, text: str,
+             output_name: str) -> _Context:
+        """The context of a YAML read (a document) or written in memory (a source)."""
+        document = load_document(config)
+        source, plan = document.source, document.planned()
         issues: list[ConfigIssue] = []
         spec = read_spec(source, plan.family, issues, runtime=runtime)
         if runtime == "cpu" and spec is not None:

@@ -18,7 +18,7 @@ import itertools
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..config.source import load_source
+from ..config.load import Document, load_document
 from ..estimate.core import Estimate
 from ..estimate.transfer import Hardware
 from .choices import KEEP, Choice, choice_set
@@ -62,11 +62,12 @@ def _select(chosen: tuple[str, ...], cells: tuple[str, ...]) -> Choice:
 class PlanSpace:
     """A config's count-form plans, estimated and priced; built like `auto_plan` (same budget, margin, time)."""
 
-    def __init__(self, config: str | Path, *, runtime: str = "cpu", times: TimeTable | None = None,
+    def __init__(self, config: str | Path | Document, *, runtime: str = "cpu", times: TimeTable | None = None,
                  hardware: Hardware | None = None):
-        self.config, self.runtime, self.times = Path(config), runtime, times
-        source = load_source(self.config)
-        self.context = _Context.read(source, runtime, hardware or Hardware(), source.text, str(self.config))
+        document = load_document(config)            # a path is read here; a document is used as it is
+        self.config, self.runtime, self.times = Path(document.source.file), runtime, times
+        self.context = _Context.read(document, runtime, hardware or Hardware(), document.source.text,
+                                     str(self.config))
         self.context.times = times
         self.offered = list(choice_set(self.context.cells, swap=False))
         plan = self.context.plan
@@ -120,7 +121,7 @@ class PlanSpace:
                        repairs=(), empty=best.empty and all(choice == KEEP for choice in candidate.choices))
 
 
-def profile_config(config: str | Path, *, runs: int | None = None, report=lambda line: None,
+def profile_config(config: str | Path | Document, *, runs: int | None = None, report=lambda line: None,
                    train=None) -> TimeTable:
     """Measure the config's step-time profile (`timing.profile`: every layer given each choice in turn)."""
     from . import timing
@@ -131,13 +132,14 @@ def profile_config(config: str | Path, *, runs: int | None = None, report=lambda
                           space.offered, runs=runs or timing.RUNS, report=report, train=train or timing.train_run)
 
 
-def cached_or_profiled(config: str | Path, *, measure: bool, runs: int | None = None, report=lambda line: None,
-                       directory: Path | None = None) -> TimeTable | None:
+def cached_or_profiled(config: str | Path | Document, *, measure: bool, runs: int | None = None,
+                       report=lambda line: None, directory: Path | None = None) -> TimeTable | None:
     """The cached profile of this model shape; else, with `measure`, a new one of `runs` runs per choice (cached);
     else None."""
     from . import timing
 
-    source = load_source(config)
+    document = load_document(config)
+    source = document.source
     table = timing.load_table(source, directory)
     if table is not None:
         report(f"time profile: cached in {timing.cache_path(source, directory)} ({table.source}; {table.load})")
@@ -145,6 +147,6 @@ def cached_or_profiled(config: str | Path, *, measure: bool, runs: int | None = 
     if not measure:
         return None
     report(f"time profile: none cached for this model shape; measuring it ({timing.load_average()})")
-    table = profile_config(config, runs=runs, report=report)
+    table = profile_config(document, runs=runs, report=report)
     report(f"time profile: written to {timing.save_table(table, source, directory)}")
     return table

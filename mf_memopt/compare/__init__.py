@@ -28,8 +28,8 @@ from typing import Any
 import yaml
 
 from ..config.device import device_of
-from ..config.load import plan_source, read_document
-from ..config.source import Source, load_source
+from ..config.load import Document, load_document
+from ..config.source import Source
 from .configs import PLAN_SECTIONS, LossyUse, by_text, check_only_plan_changes, leaves, lossy_uses, with_lossy_uses
 from .runs import Run, RunFailed, Step, train_recorded
 
@@ -167,10 +167,11 @@ def compare_configs(base: str | Path, candidate: str | Path, *, steps: int, runt
                     tolerance: float = DEFAULT_TOLERANCE, bisect: bool = True, max_runs: int = 8,
                     work_dir: str | Path | None = None, progress=print) -> Comparison:
     """Train both and compare (ConfigError for configs that differ outside the plan, or are invalid)."""
-    base_source, candidate_source = load_source(base), load_source(candidate)
-    plan_source(base_source)                            # both must be valid configs: every problem at once
-    candidate_plan = plan_source(candidate_source)
-    check_only_plan_changes(base_source, candidate_source)
+    base_document, candidate_document = load_document(base), load_document(candidate)   # each read once, here
+    base_document.planned()                             # both must be valid configs: every problem at once
+    candidate_plan = candidate_document.planned()
+    check_only_plan_changes(base_document, candidate_document)
+    base_source, candidate_source = base_document.source, candidate_document.source
     runtime = runtime or _runtime(base_source)
     dataset = _dataset(base_source)
     lossy = tuple(lossy_uses(candidate_plan))
@@ -182,7 +183,8 @@ def compare_configs(base: str | Path, candidate: str | Path, *, steps: int, runt
         candidate_run = train_recorded(Path(candidate), steps=steps, work=work / "candidate", runtime=runtime,
                                        dataset=dataset)
         result = Comparison(base=base_run, candidate=candidate_run, runtime=runtime,
-                            changes=_plan_changes(base_source, candidate_source), lossy=lossy, tolerance=tolerance)
+                            changes=_plan_changes(base_document, candidate_document), lossy=lossy,
+                            tolerance=tolerance)
         if lossy and bisect and not result.equivalent():
             _bisect(result, candidate_source, base_run, work, steps=steps, runtime=runtime, dataset=dataset,
                     max_runs=max_runs, progress=progress)
@@ -199,8 +201,8 @@ def _dataset(source: Source) -> Path | None:
     return Path(str(value)).resolve() if value else None
 
 
-def _plan_changes(base: Source, candidate: Source) -> list[str]:
-    views = [dict(leaves(read_document(source).view.data)) for source in (base, candidate)]
+def _plan_changes(base: Document, candidate: Document) -> list[str]:
+    views = [dict(leaves(document.view.data)) for document in (base, candidate)]
     paths = sorted({path for view in views for path in view if path[0] in PLAN_SECTIONS}, key=by_text)
 
     def shown(view: dict, path: tuple) -> str:

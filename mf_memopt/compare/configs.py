@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config.errors import ConfigError, ConfigIssue
-from ..config.load import read_document
+from ..config.load import Document
 from ..config.plan import Plan
 from ..config.source import KeyPath, Source
 
@@ -43,9 +43,9 @@ class LossyUse:
         return f"layer {self.layer} {self.pattern} ({self.method})"
 
 
-def check_only_plan_changes(base: Source, candidate: Source) -> None:
+def check_only_plan_changes(base: Document, candidate: Document) -> None:
     """ConfigError naming every key outside the plan's sections whose value differs between the two."""
-    base_view, candidate_view = read_document(base).view, read_document(candidate).view
+    base_view, candidate_view = base.view, candidate.view
     left, right = dict(leaves(base_view.data)), dict(leaves(candidate_view.data))
     elsewhere = _plan_keys_written_elsewhere(base_view) | _plan_keys_written_elsewhere(candidate_view)
     issues = []

@@ -1,8 +1,9 @@
-"""`load_plan`: from a training YAML to a validated, normalised, resolved `Plan`.
+"""The loader: a training YAML read once, into the `Document` every later stage takes.
 
 load (YAML + lines) -> family -> validate (schemas) -> layout -> normalise (rules) -> checks -> resolve
 -> patterns against the family's recorded layer, where it has one.
-Every stage adds to one list of issues; errors are raised together at the end.
+Every stage adds to one list of issues; a YAML that reads but does not plan keeps them in its document
+(`Document.planned` raises them together).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from .differences import differences
 from .errors import ConfigError, ConfigIssue, key_path, raise_if_errors, unique
 from .interactions import resolve
 from .layer_check import layer_issues
-from .layout import PIPELINE_STAGE, integral_offsets, layout_from
+from .layout import PIPELINE_STAGE, Layout, integral_offsets, layout_from
 from .normalise import normalise
 from .plan import Plan
 from .schema import schema_issues
@@ -29,22 +30,54 @@ from .source import KeyPath, Source, load_source
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Document:
-    """A YAML as the stages read it: the family is chosen here, once, and carried from here (and by the plan)."""
+    """A YAML as the stages read it, read once (`load_document`): the family is chosen here and the plan made
+    here; a command passes this value (or its parts: plan, layout, family) down, never the file again."""
 
     source: Source
-    """As written."""
+    """As written (base_config merged)."""
     family: ModelFamily
     view: Source
     """As the family reads it: its own spellings presented in the common one."""
     spelling: tuple[ConfigIssue, ...]
     """What is wrong with the family's own spellings."""
+    plan: Plan | None = None
+    """The plan, conflicts resolved by the documented rules; None when the YAML has errors."""
+    issues: tuple[ConfigIssue, ...] = ()
+    """The errors that stop the plan, every one; empty when there is a plan."""
+
+    @property
+    def layout(self) -> Layout | None:
+        return self.plan.layout if self.plan is not None else None
+
+    def planned(self, *, strict: bool = False) -> Plan:
+        """The plan, or one `ConfigError` with every problem; with `strict`, conflicts between rules are errors
+        too instead of being resolved by the documented rules."""
+        if self.plan is None:
+            raise ConfigError(self.issues)
+        if strict and self.plan.conflicts:
+            raise ConfigError([_conflict_issue(self.source, conflict) for conflict in self.plan.conflicts])
+        return self.plan
+
+
+def load_document(config: str | Path | Mapping[str, Any] | Source | Document) -> Document:
+    """The loader: a YAML file read through the guarded reader with its base_config followed (`load_source`;
+    an unreadable file raises `ConfigError`), a mapping (no lines), or a `Source` already read (a YAML a
+    command wrote in memory), with its family, view and plan. A `Document` is returned as it is."""
+    if isinstance(config, Document):
+        return config
+    return read_document(config if isinstance(config, Source) else load_source(config))
 
 
 def read_document(source: Source) -> Document:
-    """The document of a YAML: its family (the only place it is chosen) and the family's view of it."""
+    """The document of a YAML already read: its family (the only place it is chosen), the family's view of it,
+    and its plan or the issues that stop it."""
     family = family_of(source)
     view, spelling = family.view(source)
-    return Document(source=source, family=family, view=view, spelling=tuple(spelling))
+    document = Document(source=source, family=family, view=view, spelling=tuple(spelling))
+    try:
+        return replace(document, plan=_plan(document))
+    except ConfigError as error:
+        return replace(document, issues=error.issues)
 
 
 def load_plan(config: str | Path | Mapping[str, Any], *, strict: bool = False) -> Plan:
@@ -53,7 +86,12 @@ def load_plan(config: str | Path | Mapping[str, Any], *, strict: bool = False) -
     Raises `ConfigError` listing every problem. With `strict`, conflicts between rules are
     errors too instead of being resolved by the documented rules.
     """
-    return plan_source(load_source(config), strict=strict)
+    return load_document(config).planned(strict=strict)
+
+
+def plan_source(source: Source, *, strict: bool = False) -> Plan:
+    """`load_plan` of a YAML already read (a `Source`, e.g. one written in memory)."""
+    return read_document(source).planned(strict=strict)
 
 
 # Top-level sections of MindFormers 2.x's PyNative trainer YAML (`TrainConfig` in mindformers/pynative/config/config.py)
@@ -61,9 +99,9 @@ def load_plan(config: str | Path | Mapping[str, Any], *, strict: bool = False) -
 TRAIN_CONFIG_SECTIONS = ("training", "parallelism")
 
 
-def plan_source(source: Source, *, strict: bool = False) -> Plan:
-    raise_if_errors(other_form_issues(source))
-    document = read_document(source)
+def _plan(document: Document) -> Plan:
+    """The plan of a document; `ConfigError` with every problem that stops it."""
+    raise_if_errors(other_form_issues(document.source))
     family = document.family
     source, cast = integral_offsets(document.view, family.keys)
     issues = [*source.warnings, *document.spelling, *cast, *schema_issues(source, family)]
@@ -85,10 +123,7 @@ def plan_source(source: Source, *, strict: bool = False) -> Plan:
         found = unique(layer_issues(plan, tree))
         raise_if_errors(found)
         plan = replace(plan, warnings=(*plan.warnings, *found))
-    plan = replace(plan, differences=tuple(differences(source, plan)))
-    if strict and plan.conflicts:
-        raise ConfigError([_conflict_issue(source, conflict) for conflict in plan.conflicts])
-    return plan
+    return replace(plan, differences=tuple(differences(source, plan)))
 
 
 def other_form_issues(source: Source) -> list[ConfigIssue]:

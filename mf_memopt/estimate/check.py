@@ -15,8 +15,7 @@ from pathlib import Path
 
 from ..config.device import device_of
 from ..config.errors import raise_if_errors
-from ..config.load import read_document
-from ..config.source import load_source
+from ..config.load import Document, load_document
 from .core import Estimate, estimate_config
 from .measure import EXACT_ON_ASCEND, MeasureError, Measurement, measure_peak, reading_center
 from .transfer import Hardware
@@ -44,16 +43,16 @@ class StageCheck:
                 "exact": self.exact, "error": self.error}
 
 
-def device_runtime(config: str | Path) -> str:
+def device_runtime(config: str | Path | Document) -> str:
     """The runtime of the config's device (`config.device`: ascend when context.device_target is not set)."""
-    return device_of(load_source(config)).runtime
+    return device_of(load_document(config).source).runtime
 
 
-def check_backend(config: str | Path, runtime: str) -> None:
+def check_backend(document: Document, runtime: str) -> None:
     """Refuse settings the backend cannot run, before the child compiles anything."""
-    source = load_source(config)
+    source = document.source
     target = "CPU" if runtime == "cpu" else "Ascend"
-    raise_if_errors(read_document(source).family.backend_issues(source.get(("model", "model_config")), target, source))
+    raise_if_errors(document.family.backend_issues(source.get(("model", "model_config")), target, source))
 
 
 def compare(estimate: Estimate, measurement: Measurement) -> list[StageCheck]:
@@ -67,16 +66,20 @@ def compare(estimate: Estimate, measurement: Measurement) -> list[StageCheck]:
 
 def measure_and_compare(config: str | Path, *, runtime: str | None, hardware: Hardware, steps: int,
                         as_json: bool, exact: bool = False) -> int:
-    runtime = runtime or device_runtime(config)
+    document = None
+    if runtime is None:                 # the config's device decides the runtime: read it now
+        document = load_document(config)
+        runtime = device_runtime(document)
     if exact and runtime != "cpu":
         print(f"estimate --measure --exact: {EXACT_ON_ASCEND}", file=sys.stderr)
         return 2
-    estimate = estimate_config(config, runtime=runtime, hardware=hardware)
-    check_backend(config, runtime)
+    document = document or load_document(config)
+    estimate = estimate_config(document, runtime=runtime, hardware=hardware)
+    check_backend(document, runtime)
     print(f"training {Path(config).name} for {steps} step(s) with the launcher ({runtime}) ...", file=sys.stderr,
           flush=True)
     try:
-        measurement = measure_peak(config, runtime=runtime, steps=steps, exact=exact)
+        measurement = measure_peak(document, runtime=runtime, steps=steps, exact=exact)
     except MeasureError as error:
         print(f"estimate --measure: {error}", file=sys.stderr)
         return 1

@@ -6,9 +6,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..config.errors import ConfigIssue, raise_if_errors
-from ..config.load import plan_source
+from ..config.load import Document, load_document
 from ..config.plan import LayerPlan, Plan
-from ..config.source import Source, load_source
+from ..config.source import Source
 from .budget import device_budget
 from .compress import compress_effect
 from .effects import LayerEffect, TensorFate, layer_effect
@@ -100,15 +100,19 @@ class Estimate:
                 "layers": [layer.to_dict() for layer in self.layers], "notes": list(self.notes)}
 
 
-def estimate_config(config: str | Path, *, runtime: str = "ascend", hardware: Hardware | None = None) -> Estimate:
-    """Validate and plan the YAML, then estimate every stage's peak memory and swap traffic. Without
-    `hardware.device_memory` each stage is held to the YAML's budget (`budget.device_budget`)."""
-    return estimate_source(load_source(config), runtime=runtime, hardware=hardware)
+def estimate_config(config: str | Path | Document, *, runtime: str = "ascend",
+                    hardware: Hardware | None = None) -> Estimate:
+    """Validate and plan the YAML (a path, read here, or a document already read), then estimate every stage's
+    peak memory and swap traffic. Without `hardware.device_memory` each stage is held to the YAML's budget
+    (`budget.device_budget`)."""
+    return estimate_source(load_document(config), runtime=runtime, hardware=hardware)
 
 
-def estimate_source(source: Source, *, runtime: str = "ascend", hardware: Hardware | None = None) -> Estimate:
-    """`estimate_config` of an already loaded YAML (e.g. one written in memory by `auto`)."""
-    plan = plan_source(source)
+def estimate_source(config: Source | Document, *, runtime: str = "ascend", hardware: Hardware | None = None
+                    ) -> Estimate:
+    """`estimate_config` of an already loaded YAML (a document, or a source written in memory by `auto`)."""
+    document = load_document(config)
+    source, plan = document.source, document.planned()
     issues: list[ConfigIssue] = []
     spec = read_spec(source, plan.family, issues, runtime=runtime)
     if runtime == "cpu" and plan.layout.stages > 1:

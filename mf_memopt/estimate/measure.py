@@ -19,6 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config.load import Document
 from ..runner import ASCEND_PEAK, ChildFailed, failure_summary, tail, train, yaml_dataset
 from .pool_log import CPU_PEAK, NoAllocations, replay
 
@@ -57,19 +58,22 @@ class Measurement:
                 "peak_mib": self.peak_bytes / 2**20, "source": self.source, "exact_bytes": self.exact_bytes}
 
 
-def measure_peak(config: str | Path, *, runtime: str = "cpu", steps: int = 1, timeout: float | None = 1800,
-                 workdir: str | Path | None = None, exact: bool = False) -> Measurement:
-    """Train `config` for `steps` steps in a child process and return MindSpore's peak."""
+def measure_peak(config: str | Path | Document, *, runtime: str = "cpu", steps: int = 1,
+                 timeout: float | None = 1800, workdir: str | Path | None = None, exact: bool = False) -> Measurement:
+    """Train `config` (a path, or a document already read) for `steps` steps in a child process and return
+    MindSpore's peak."""
     if steps < 1:
         raise MeasureError(f"--steps must be at least 1, got {steps}")
     if exact and runtime != "cpu":
         raise MeasureError(EXACT_ON_ASCEND)
-    config = Path(config).resolve()
+    document = config if isinstance(config, Document) else None
+    config = Path(config.source.file if isinstance(config, Document) else config).resolve()
     with tempfile.TemporaryDirectory(prefix="mf_memopt_measure_", dir=workdir) as tmp:
         work = Path(tmp)
         try:
-            run = train(config, steps=steps, work=work, runtime=runtime, dataset=yaml_dataset(config, work / "output"),
-                        allocation_log=exact, timeout=timeout)
+            run = train(config, steps=steps, work=work, runtime=runtime,
+                        dataset=yaml_dataset(document or config, work / "output"), allocation_log=exact,
+                        timeout=timeout)
         except ChildFailed as error:
             raise MeasureError(str(error)) from error
     if run.peak_bytes is None:

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config.errors import ConfigError, ConfigIssue
-from ..config.load import read_document
-from ..config.source import Source, load_source
+from ..config.load import Document, load_document
+from ..config.source import Source
 
 DATASET_DIR = ("train_dataset", "data_loader", "dataset_dir")
 GENERATED = ("generated_dataset",)
@@ -93,8 +93,9 @@ def _page_and_header(data_bytes: int) -> tuple[int, int]:
     return page, 1 << 14 if page == 1 << 15 else 1 << 16
 
 
-def token_spec(source: Source, *, path: str | Path | None = None, num_samples: int | None = None) -> TokenSpec:
+def token_spec(document: Document, *, path: str | Path | None = None, num_samples: int | None = None) -> TokenSpec:
     """What to generate for a YAML: its dataset path and model sizes; every problem in one ConfigError."""
+    source = document.source
     issues: list[ConfigIssue] = []
     generated = source.get(GENERATED) or {}
     if not isinstance(generated, dict):
@@ -103,7 +104,7 @@ def token_spec(source: Source, *, path: str | Path | None = None, num_samples: i
     target = path if path is not None else source.get(DATASET_DIR)
     if not isinstance(target, (str, Path)) or not str(target):
         issues.append(source.issue(DATASET_DIR, "names no file to write", "set it, or pass --out PATH"))
-    family = read_document(source).family
+    family = document.family
     keys = family.keys
     values = {"seq_length": _int(source, keys.seq_length, None, issues),
               "vocab_size": _int(source, keys.vocab_size, None, issues),
@@ -127,16 +128,17 @@ def _int(source: Source, path: tuple, default: int | None, issues: list, minimum
     return value
 
 
-def ensure_dataset(source: Source, dataset_dir: str | None = None) -> Path | None:
+def ensure_dataset(document: Document, dataset_dir: str | None = None) -> Path | None:
     """The dataset path, generated first when the YAML asks for generated tokens and it is missing.
 
     Returns the generated path, or None when nothing was generated. Several workers of one
     job may call this at once: a lock next to the file lets exactly one of them write it.
     """
+    source = document.source
     target = dataset_dir or source.get(DATASET_DIR)
     if not source.has(GENERATED) or not isinstance(target, str) or Path(target).exists():
         return None
-    spec = token_spec(source, path=target)
+    spec = token_spec(document, path=target)
     with _locked(spec.path):
         if spec.path.exists():
             return None
@@ -161,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num_samples", type=int, help="samples (default: generated_dataset.num_samples, or 32)")
     args = parser.parse_args(argv)
     try:
-        spec = token_spec(load_source(args.config), path=args.out, num_samples=args.num_samples)
+        spec = token_spec(load_document(args.config), path=args.out, num_samples=args.num_samples)
     except ConfigError as error:
         print(error.render(), file=sys.stderr)
         return 1

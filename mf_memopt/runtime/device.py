@@ -13,11 +13,9 @@ because MindFormers' Trainer trains a stand-alone job with `pipeline_stage` rese
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ..config.device import CHOOSE_CPU, Device, device_of
+from ..config.load import Document
 from ..config.plan import Plan
-from ..config.source import load_source
 from .errors import LaunchError
 
 CPU_WORKS = "validate, plan, estimate and auto work here: `python -m mf_memopt plan {config}`"
@@ -67,10 +65,10 @@ def require_pipeline_support(stages: int, device: Device, *, use_parallel: bool,
                           f"{config} --run_mode train --use_parallel True\" WORKERS")
 
 
-def preflight_compile(config: str | Path, plan: Plan) -> Device:
+def preflight_compile(document: Document, plan: Plan) -> Device:
     """What `verify` checks before it compiles: the device of the YAML, loadable here, and no pipeline stages on
     CPU. On Ascend a pipeline config compiles under msrun, one worker per rank (`verify/pipeline.py`)."""
-    device = device_of(load_source(config))
+    device = device_of(document.source)
     require_loadable(device)
-    require_pipeline_support(plan.layout.stages, device, use_parallel=True, config=str(config))
+    require_pipeline_support(plan.layout.stages, device, use_parallel=True, config=document.source.file)
     return device

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from ..apply.logs import LOGGER
 from ..config.errors import ConfigError
+from ..config.load import Document, load_document
 from ..config.plan import Plan
-from ..config.source import Source, load_source
 from . import interrupt
 from .claim import Claim, check_room, claim_output_dir
 from .datacheck import dataset_files
@@ -112,7 +112,8 @@ def _preflight_only(args: argparse.Namespace) -> int:
     from .session import Overrides, preflight
 
     try:
-        preflight(load_source(args.config), strict=args.strict, overrides=Overrides(use_parallel=args.use_parallel))
+        preflight(load_document(args.config), strict=args.strict,
+                  overrides=Overrides(use_parallel=args.use_parallel))
     except (ConfigError, LaunchError) as error:
         return _refused(error)
     return 0
@@ -142,23 +143,24 @@ def _flag_or_name(text: str) -> bool | str:
 def _run(args: argparse.Namespace, state: _State) -> int:
     from .session import Overrides, preflight, use_parallel_of
 
-    source = load_source(args.config)           # the one reading of the config for this run
+    document = load_document(args.config)       # the one reading of the config for this run
     # the device and pipeline parallelism are settled before anything is written (runtime/device.py)
-    plan = preflight(source, strict=args.strict, overrides=Overrides(use_parallel=args.use_parallel))
+    plan = preflight(document, strict=args.strict, overrides=Overrides(use_parallel=args.use_parallel))
+    source = document.source
     written = Path(args.output_dir or source.get(("output_dir",)) or "output")
     state.output = check_output_dir(worker_output(written, use_parallel=use_parallel_of(source, args.use_parallel)))
     claim = claim_output_dir(state.output, process_role())
     try:
-        return _claimed(args, state, source, plan, claim)
+        return _claimed(args, state, document, plan, claim)
     finally:
         claim.release()
 
 
-def _claimed(args: argparse.Namespace, state: _State, source: Source, plan: Plan, claim: Claim) -> int:
-    facts = RunFacts(output=state.output, datasets=dataset_files(source, args.train_dataset_dir))
+def _claimed(args: argparse.Namespace, state: _State, document: Document, plan: Plan, claim: Claim) -> int:
+    facts = RunFacts(output=state.output, datasets=dataset_files(document.source, args.train_dataset_dir))
     report(output=str(state.output), rank=int(rank()), workers=msrun_workers(), datasets=facts.datasets)
     try:
-        return _train(args, state, source, plan, claim)
+        return _train(args, state, document, plan, claim)
     except (ConfigError, LaunchError, KeyboardInterrupt):
         raise
     except Exception as error:
@@ -169,13 +171,14 @@ def _claimed(args: argparse.Namespace, state: _State, source: Source, plan: Plan
         raise translated from None
 
 
-def _train(args: argparse.Namespace, state: _State, source: Source, plan: Plan, claim: Claim) -> int:
+def _train(args: argparse.Namespace, state: _State, document: Document, plan: Plan, claim: Claim) -> int:
     from .session import Overrides, check, prepare
 
     if claim.taken_over:
         LOGGER.warning(f"took over output directory {state.output} from a run that ended without releasing it "
                        f"({claim.taken_over})")
-    LOGGER.info(check_room(state.output, checkpoint_bytes(source), checkpoints_kept(source), msrun_workers()))
+    LOGGER.info(check_room(state.output, checkpoint_bytes(document), checkpoints_kept(document.source),
+                           msrun_workers()))
     _mindformers_paths(state.output)
     if args.register_path:
         _register(args.register_path)
@@ -183,15 +186,16 @@ def _train(args: argparse.Namespace, state: _State, source: Source, plan: Plan, 
                           load_checkpoint=args.load_checkpoint, resume_training=args.resume_training,
                           train_dataset_dir=args.train_dataset_dir, device_id=args.device_id, seed=args.seed,
                           epochs=args.epochs)
-    plan = check(source, strict=args.strict, overrides=overrides, plan=plan)
+    plan = check(document, strict=args.strict, overrides=overrides, plan=plan)
     state.phase = "building the model"
-    session = prepare(source, strict=args.strict, overrides=overrides, plan=plan)
+    session = prepare(document, strict=args.strict, overrides=overrides, plan=plan)
     state.rank = session.run.rank
     state.phase = "starting MindFormers' Trainer (before the first step)"
     report_path = state.output / report_name(session.run.rank, session.run.world_size)
     LOGGER.info(write_report(report_path, session.report.to_json() + "\n", force=args.force))
     record = state.output / record_name(session.run.rank, session.run.world_size)
-    LOGGER.info(write_report(record, run_record(source), force=args.force, what="the config this run trains"))
+    LOGGER.info(write_report(record, run_record(document.source), force=args.force,
+                             what="the config this run trains"))
     from .train import train
 
     record = _step_record(args.record_steps, session.run.rank)

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from ..config.load import read_document
+from ..config.load import Document
 from ..config.source import Source
 from ..estimate.memory import stage_parameters
 from ..estimate.spec import ParallelSpec, optimizer_spec
@@ -44,10 +44,10 @@ def checkpoints_kept(source: Source) -> int:
     return 0
 
 
-def checkpoint_bytes(source: Source) -> int | None:
+def checkpoint_bytes(document: Document) -> int | None:
     """One checkpoint of the model: its parameters and its optimizer states; None when the family cannot size it."""
-    family = read_document(source).family
-    model = family.model_spec(source, [])
+    source = document.source
+    model = document.family.model_spec(source, [])
     if model is None:
         return None
     optimizer = optimizer_spec(source)

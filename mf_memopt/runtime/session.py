@@ -15,9 +15,9 @@ from ..apply.logs import LOGGER
 from ..config.device import device_of
 from ..config.errors import raise_if_errors
 from ..config.layout import Layout
-from ..config.load import plan_source
+from ..config.load import Document, load_document
 from ..config.plan import Plan
-from ..config.source import Source, load_source
+from ..config.source import Source
 from .build import BuiltModel, build_model, mindformers_config
 from .context import RunContext, lazy_inline_policy, setup_context
 from .data import GENERATED, ensure_dataset
@@ -55,49 +55,53 @@ class Session:
         return self.built.network
 
 
-def preflight(source: Source, *, strict: bool = False, overrides: Overrides = Overrides()) -> Plan:
+def preflight(document: Document, *, strict: bool = False, overrides: Overrides = Overrides()) -> Plan:
     """What a run checks before it writes or builds anything: the YAML and its plan (the device a supported one),
     then the device loadable here and pipeline parallelism on it. Raises one ConfigError, or LaunchError for what
     the machine cannot do."""
-    plan = plan_source(source, strict=strict)
+    plan = document.planned(strict=strict)
+    source = document.source
     device = device_of(source)
     require_loadable(device)
     require_pipeline_support(plan.layout.stages, device, use_parallel=_parallel(source, overrides), config=source.file)
     return plan
 
 
-def check(source: Source, *, strict: bool = False, overrides: Overrides = Overrides(),
+def check(document: Document, *, strict: bool = False, overrides: Overrides = Overrides(),
           plan: Plan | None = None) -> Plan:
     """`preflight` (unless its `plan` is given), then the training sections; raises one ConfigError."""
-    plan = plan or preflight(source, strict=strict, overrides=overrides)
-    raise_if_errors(training_issues(source, device_target=device_of(source).target,
+    plan = plan or preflight(document, strict=strict, overrides=overrides)
+    source = document.source
+    raise_if_errors(training_issues(document, device_target=device_of(source).target,
                                     use_parallel=_parallel(source, overrides), dataset_dir=overrides.train_dataset_dir))
     return plan
 
 
-def prepare(config: str | Path | Source, *, strict: bool = False, overrides: Overrides = Overrides(),
+def prepare(config: str | Path | Source | Document, *, strict: bool = False, overrides: Overrides = Overrides(),
             plan: Plan | None = None) -> Session:
     """Check the YAML, set the context, build the model with MindFormers' own handling off, apply the plan.
 
-    `config` is read once (a path) or has been (a Source): the plan and MindFormers' Trainer use that one reading.
+    `config` is read once (a path) or has been (a Document, or a Source): the plan and MindFormers' Trainer use
+    that one reading.
     """
-    source = config if isinstance(config, Source) else load_source(config)
-    plan = check(source, strict=strict, overrides=overrides, plan=plan)
-    return assemble(source, plan, overrides)
+    document = load_document(config)
+    plan = check(document, strict=strict, overrides=overrides, plan=plan)
+    return assemble(document, plan, overrides)
 
 
-def assemble(source: Source, plan: Plan, overrides: Overrides, *, build_for: str | None = None) -> Session:
+def assemble(document: Document, plan: Plan, overrides: Overrides, *, build_for: str | None = None) -> Session:
     """Everything `prepare` does after the checks: the dataset, the context, the model, the applied plan.
 
     `build_for` is the device the model is built and marked for when it is not the context's: the test of the
     pipeline path (`tests/pipeline_precompile.py`) builds for Ascend on CPU, up to MindSpore's compile."""
+    source = document.source
     use_parallel = _parallel(source, overrides)
     workers = msrun_workers()
     if workers > 1 and not use_parallel:
         LOGGER.warning(f"{workers} workers train the same model independently because use_parallel is False; "
                        f"each writes under its own worker_<id> directory (this one: {overrides.output_dir}); "
                        "pass --use_parallel True for data-parallel training")
-    generated = ensure_dataset(source, overrides.train_dataset_dir)
+    generated = ensure_dataset(document, overrides.train_dataset_dir)
     if generated is not None:
         LOGGER.info(f"generated the token file {generated} ({GENERATED[0]} of {source.file})")
     config = mindformers_config(source.data)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.errors import ConfigIssue, did_you_mean
-from ..config.load import read_document
+from ..config.load import Document
 from ..config.source import KeyPath, Source
 from .data import DATASET_DIR, GENERATED
 
@@ -31,11 +31,12 @@ PARALLEL_MODE = ("parallel", "parallel_mode")
 CPU_PARALLEL_MODES = (0, "data_parallel", "DATA_PARALLEL", "stand_alone", "STAND_ALONE")
 
 
-def training_issues(source: Source, *, device_target: str, use_parallel: bool,
+def training_issues(document: Document, *, device_target: str, use_parallel: bool,
                     dataset_dir: str | None = None) -> list[ConfigIssue]:
     """Everything the Trainer would trip over late, as ConfigIssues naming the key."""
+    source = document.source
     issues = registry_issues(source)
-    issues += read_document(source).family.backend_issues(source.get(("model", "model_config")), device_target, source)
+    issues += document.family.backend_issues(source.get(("model", "model_config")), device_target, source)
     issues += _dataset_issues(source, dataset_dir)
     if device_target == "CPU" and use_parallel:
         issues += _cpu_parallel_issues(source)

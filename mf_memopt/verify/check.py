@@ -16,9 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..config.errors import ConfigError, ConfigIssue
-from ..config.load import load_plan
+from ..config.load import Document, load_document
 from ..config.plan import Plan
-from ..config.source import load_source
 from ..runner import ChildFailed, compile_graph
 from ..runtime.device import preflight_compile
 from .ir import find_validate_ir
@@ -60,23 +59,26 @@ class VerifyResult:
         return {**asdict(self), "stages": self.stages(), "agrees": self.agrees}
 
 
-def verify(config: str | Path, *, ir_dir: str | Path | None = None) -> VerifyResult:
-    plan = load_plan(config)
-    device = preflight_compile(config, plan)             # before the child compiles or writes anything
-    workers = workers_of(load_source(config)) if plan.layout.stages > 1 else 1
+def verify(config: str | Path | Document, *, ir_dir: str | Path | None = None) -> VerifyResult:
+    """Compile `config` (a path, read here, or a document already read) and check its marks against its plan."""
+    document = load_document(config)
+    plan = document.planned()
+    path = document.source.file
+    device = preflight_compile(document, plan)           # before the child compiles or writes anything
+    workers = workers_of(document.source) if plan.layout.stages > 1 else 1
     if workers > 1:
-        require_devices(device, workers, str(config))
+        require_devices(device, workers, path)
     with tempfile.TemporaryDirectory(prefix="mf_memopt_verify_") as scratch:
         directory = Path(ir_dir) if ir_dir else Path(scratch) / "ir"
         if workers > 1:
-            return _verify_ranks(config, plan, directory, Path(scratch) / "reports", workers, kept=bool(ir_dir))
+            return _verify_ranks(path, plan, directory, Path(scratch) / "reports", workers, kept=bool(ir_dir))
         report_path = Path(scratch) / "apply_report.json"
         began = time.perf_counter()
-        _compile(config, directory, report_path)
+        _compile(path, directory, report_path)
         seconds = time.perf_counter() - began
         ir_path = find_validate_ir(directory)
         layers, nodes = check_graph(json.loads(report_path.read_text()), ir_path, plan)
-    return VerifyResult(config=str(config), ir_path=str(ir_path) if ir_dir else "(removed)", nodes=nodes,
+    return VerifyResult(config=path, ir_path=str(ir_path) if ir_dir else "(removed)", nodes=nodes,
                         seconds=round(seconds, 1), layers=layers)
 
 

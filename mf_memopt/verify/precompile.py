@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..config.load import Document, load_document
 from ..runtime.environment import configure_logging, point_mindformers_at, rank
 
 if TYPE_CHECKING:
@@ -42,7 +43,8 @@ def main(argv: list[str]) -> int:
     config, report, *mode = argv
     ranks = mode == [RANKS]
     report_path = rank_outputs(report) if ranks else Path(report)
-    overrides = overrides_for(config, report_path, ranks=ranks)
+    document = load_document(config)             # the one reading of the config in this worker
+    overrides = overrides_for(document, report_path, ranks=ranks)
 
     from ..runtime.quiet import quiet_mindformers
     from ..runtime.session import prepare
@@ -50,24 +52,23 @@ def main(argv: list[str]) -> int:
 
     configure_logging()
     quiet_mindformers()
-    session = prepare(config, overrides=overrides)
+    session = prepare(document, overrides=overrides)
     report_path.write_text(session.report.to_json() + "\n")
     train(session.network, session.config, device_target=session.run.device_target, compile_only=True)
     return 0
 
 
-def overrides_for(config: str, report: Path, *, ranks: bool) -> Overrides:
+def overrides_for(document: Document, report: Path, *, ranks: bool) -> Overrides:
     """The launcher's command-line values for this compile (`--use_parallel True` for a pipeline config's ranks);
     MindFormers' logs and a generated token file go to a directory beside the report (set before MindFormers
     is imported)."""
     scratch = report.resolve().parent / "mindformers"
     point_mindformers_at(scratch)
 
-    from ..config.source import load_source
     from ..runtime.data import GENERATED
     from ..runtime.session import Overrides
 
-    dataset = str(scratch / "tokens.mindrecord") if load_source(config).has(GENERATED) else None
+    dataset = str(scratch / "tokens.mindrecord") if document.source.has(GENERATED) else None
     return Overrides(use_parallel=ranks, output_dir=str(scratch), train_dataset_dir=dataset)
 
 

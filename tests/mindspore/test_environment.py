@@ -9,13 +9,14 @@ from mf_memopt.runtime.errors import LaunchError
 
 
 def test_pipeline_configs_on_cpu_are_refused_with_an_error_not_a_process_exit():
+    from mf_memopt.config.load import load_document
     from mf_memopt.runtime.session import preflight
 
     source = parse_yaml("context:\n  device_target: CPU\nmodel:\n  model_config:\n    num_layers: 4\n"
                         "parallel_config:\n  pipeline_stage: 2\n", "pp.yaml")
     with pytest.raises(LaunchError, match="pipeline_stage is 2: MindSpore's CPU backend cannot compile pipeline "
                                           "parallelism"):
-        preflight(source)
+        preflight(load_document(source))
 
 
 def test_checking_the_device_sets_nothing_and_never_falls_back():

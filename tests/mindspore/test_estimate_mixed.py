@@ -64,7 +64,7 @@ def test_measure_trains_a_config_on_its_own_mindrecord_dataset(tmp_path, capsys,
     path read from where the command runs, and the command prints predicted against measured."""
     import yaml
 
-    from mf_memopt.config.source import load_source
+    from mf_memopt.config.load import load_document
     from mf_memopt.runtime.data import token_spec, write_mindrecord
 
     monkeypatch.chdir(tmp_path)
@@ -74,7 +74,7 @@ def test_measure_trains_a_config_on_its_own_mindrecord_dataset(tmp_path, capsys,
     document.pop("generated_dataset")
     document["train_dataset"]["data_loader"]["dataset_dir"] = "corpus/train.mindrecord"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
-    write_mindrecord(token_spec(load_source(path), path=str(tmp_path / "corpus" / "train.mindrecord"), num_samples=8))
+    write_mindrecord(token_spec(load_document(path), path=str(tmp_path / "corpus" / "train.mindrecord"), num_samples=8))
     assert main(["estimate", str(path), "--measure"]) == 0
     header, row = [line.split() for line in capsys.readouterr().out.splitlines()[2:4]]
     assert header[:4] == ["stage", "predicted", "measured", "error"]

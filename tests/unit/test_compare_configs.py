@@ -19,7 +19,7 @@ from mf_memopt.compare.configs import LossyUse, check_only_plan_changes, lossy_u
 from mf_memopt.compare.report import comparison_text
 from mf_memopt.compare.runs import Run, Step
 from mf_memopt.config.errors import ConfigError
-from mf_memopt.config.load import load_plan
+from mf_memopt.config.load import load_document, load_plan
 from mf_memopt.config.source import load_source
 
 NAN, INF = float("nan"), float("inf")
@@ -59,7 +59,7 @@ def test_a_key_only_the_base_sets_is_named_at_the_base(tmp_path):
                          or document.__setitem__("profile", False))
     base = _variant(tmp_path, LLAMA, "base.yaml", lambda document: document.__setitem__("profile", True))
     with pytest.raises(ConfigError) as caught:
-        check_only_plan_changes(load_source(base), load_source(candidate))
+        check_only_plan_changes(load_document(base), load_document(candidate))
     assert [issue.path for issue in caught.value.issues] == ["profile"]
 
 
@@ -71,7 +71,7 @@ def test_the_plan_sections_and_the_output_directory_may_differ(tmp_path):
         document["compress_config"] = {"compress": True, "compress_dense": "level0"}
 
     candidate = _variant(tmp_path, LLAMA, "full.yaml", change)
-    check_only_plan_changes(load_source(LLAMA), load_source(candidate))     # no error
+    check_only_plan_changes(load_document(LLAMA), load_document(candidate))     # no error
 
 
 def test_mindformers_mcore_swap_keys_in_model_config_count_as_the_swap_section(tmp_path):
@@ -81,7 +81,7 @@ def test_mindformers_mcore_swap_keys_in_model_config_count_as_the_swap_section(t
         document["model"]["model_config"]["layer_swap"] = [{"backward_prefetch": 1, "layers": True}]
 
     candidate = _variant(tmp_path, QWEN3, "swap.yaml", change)
-    check_only_plan_changes(load_source(QWEN3), load_source(candidate))     # no error
+    check_only_plan_changes(load_document(QWEN3), load_document(candidate))     # no error
 
 
 def test_quantised_uses_are_one_per_layer_and_pattern_and_lossless_ones_are_none():
@@ -99,7 +99,7 @@ def test_a_bisection_variant_is_a_valid_config_with_exactly_the_uses_kept(tmp_pa
     path = tmp_path / "variant.yaml"
     path.write_text(yaml.safe_dump(with_lossy_uses(load_source(INT2_MLP).data, kept), sort_keys=False))
     assert lossy_uses(load_plan(path)) == sorted(kept)
-    check_only_plan_changes(load_source(INT2_MLP), load_source(path))
+    check_only_plan_changes(load_document(INT2_MLP), load_document(path))
 
 
 def _run(losses, norms=None, parameters=None, config="x.yaml") -> Run:

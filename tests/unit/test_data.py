@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from mf_memopt.config.errors import ConfigError
+from mf_memopt.config.load import load_document
 from mf_memopt.config.source import parse_yaml
 from mf_memopt.runtime.data import token_spec
 
@@ -14,7 +15,7 @@ def test_a_config_without_sizes_gets_one_error_naming_each_key():
     source = parse_yaml("generated_dataset: {num_samples: 0}\nmodel:\n  model_config:\n    vocab_size: 1\n",
                         "d.yaml")
     with pytest.raises(ConfigError) as caught:
-        token_spec(source)
+        token_spec(load_document(source))
     assert caught.value.render().splitlines() == [
         "d.yaml: train_dataset.data_loader.dataset_dir: names no file to write (set it, or pass --out PATH)",
         "d.yaml:1: generated_dataset.num_samples: must be an integer >= 1, got 0",

@@ -48,11 +48,12 @@ def test_use_parallel_without_a_launcher_is_an_error_not_a_process_exit(monkeypa
 
 
 def test_verify_takes_a_pipeline_config_on_ascend_to_its_msrun_workers(monkeypatch, tmp_path):
-    from mf_memopt.config.load import load_plan
+    from mf_memopt.config.load import load_document
     from mf_memopt.runtime import device
 
     config = tmp_path / "pp.yaml"
     config.write_text("context:\n  device_target: Ascend\nmodel:\n  model_config:\n    num_layers: 4\n"
                       "parallel_config:\n  pipeline_stage: 2\n")
     monkeypatch.setattr(device, "require_loadable", lambda target: None)      # as on a machine with Ascend
-    assert device.preflight_compile(config, load_plan(config)).target == "Ascend"
+    document = load_document(config)
+    assert device.preflight_compile(document, document.planned()).target == "Ascend"
