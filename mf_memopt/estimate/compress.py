@@ -11,13 +11,17 @@ matched by role (never by the tensor's display text, which changes with the dtyp
 * cells that read the same input are compressed together, each keeping its own copy;
 * other cells are not modelled (a note says so).
 
-The backward of a compressed cell holds more than the uncompressed one for a moment: a
-restored block of rows with its conversion temporaries (about 12 bytes per element of a
-block of at most 2^18 elements) and, when the input spans several blocks, two partial
-weight gradients; a lossless rebuild holds its whole input. The largest of these in a layer
-is added to that layer's backward working set (`backward_extra`): the peak of the CPU
+The backward of a compressed cell holds more than the uncompressed one for a moment: one
+restored float32 block of rows (at most 2^18 elements) and, when the input spans several
+blocks, the incoming gradient's row slices (all made as the backward starts); a lossless
+rebuild holds its whole input; a rebuilt gate its SiLU output. The largest of these in a
+layer is added to that layer's backward working set (`backward_extra`): the peak of the CPU
 runtime is reached at the end of the forward pass or in the backward of the last layer,
-which hold almost the same tensors.
+which hold almost the same tensors. Not counted, since the allocation log never shows them
+at that peak (tiny Llama, int2 and int8 on its MLP, batch 2 and 3): the conversion
+temporaries of a block (each step frees its input: the peak falls while the gate is rebuilt
+or SiLU's gradient runs, beside a finished block) and the partial weight gradients (the
+first is made after the weight's float32 copy is freed by the input gradient, its one reader).
 
 Work: quantising costs about 12 element-wise operations per element in the forward pass
 and 6 in the backward (decompression); lossless costs one multiplication per element.
@@ -39,7 +43,6 @@ if TYPE_CHECKING:
     from ..models.compression import Compression, Target
 
 QUANTISE_OPS, DEQUANTISE_OPS = 12, 6
-RESTORE_BYTES_PER_ELEMENT = 12   # restored float32 block + int32 levels + float32 temporary
 
 
 def compress_effect(plan: LayerPlan, effect: LayerEffect, compression: Compression, element_bytes: int = FP32,
@@ -88,8 +91,8 @@ def _backward_extra(target: Target, use: CompressUse, model, element_bytes: int)
     if use.method == "lossless":
         return element_bytes * rows * columns + gate if target.lossless else 0
     block = min(rows, restore_block_rows(columns, use.group_size)) * columns
-    partials = 2 * FP32 * columns * outputs if block < rows * columns else 0
-    return RESTORE_BYTES_PER_ELEMENT * block + partials + gate
+    slices = model.compute_bytes * rows * outputs if block < rows * columns else 0   # the incoming gradient's rows
+    return FP32 * block + slices + gate
 
 
 def _cells(uses: tuple[CompressUse, ...], compression: Compression) -> dict[str, CompressUse]:

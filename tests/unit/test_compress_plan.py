@@ -161,10 +161,10 @@ def test_estimate_keeps_the_stored_bytes_of_the_w2_input_and_rebuilds_the_gate(t
     # w2's input shrinks to its stored bytes; SiLU's output and the early sigmoid are rebuilt in the backward
     for before, after in zip(base.layers, squeezed.layers):
         assert before.effect.bytes() - after.effect.bytes() == 3 * 4 * elements - stored_bytes(method, elements)
-    # the backward holds more for a moment: the rebuilt gate, and a restored block of rows (lossless: the
-    # rebuilt input)
+    # the backward holds more for a moment: the rebuilt gate, and a restored block of rows with the incoming
+    # gradient's row slices (lossless: the rebuilt input)
     assert [layer.effect.backward_extra for layer in squeezed.layers] == [
-        4 * elements + (4 * elements if method == "lossless" else 12 * 368 * 688 + 2 * 4 * 688 * 256)] * 4
+        4 * elements + (4 * elements if method == "lossless" else 4 * 368 * 688 + 4 * 2 * 256 * 256)] * 4
 
 
 def test_estimate_orders_the_methods_by_their_bits(tmp_path):
