@@ -39,7 +39,7 @@ from ...estimate.effects import LayerEffect
 from ...estimate.inventory import FP32, dims
 from ...estimate.memory import StagePeak
 from ...estimate.spec import ModelSpec, ParallelSpec
-from .inventory import cpu_attention_model, cpu_mask_bytes, cpu_matmul_copies
+from .inventory import cpu_attention_model, cpu_mask_bytes, cpu_matmul_copies, linear_ops
 
 
 def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StagePeak]:
@@ -47,7 +47,7 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
     model = cpu_attention_model(model)
     kept = [effect.bytes() - effect.bytes("recomputed") for effect in effects]  # nothing is swapped on CPU
     tables = _cpu_tables(model, effects)
-    sizes = dict(zip(_LINEAR_OPS, model.layer_param_list()))
+    sizes = dict(zip(linear_ops(model), model.layer_param_list()))
     copies = weight_copies(model, effects, lambda index: sizes, _rerun)
     candidates = [
         StagePeak(kind="first attention of the forward (weight copies made)", components={
@@ -217,8 +217,6 @@ def _rerun(path: str, effect: LayerEffect) -> bool:
 
 
 _NORMS = ("attention_norm.", "ffn_norm.")
-_LINEAR_OPS = ("attention.wq.matmul", "attention.wk.matmul", "attention.wv.matmul", "attention.wo.matmul",
-               "feed_forward.w1.matmul", "feed_forward.w2.matmul", "feed_forward.w3.matmul")
 
 
 def _cpu_tables(model: ModelSpec, effects: list[LayerEffect]) -> int:
