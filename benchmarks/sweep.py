@@ -74,7 +74,9 @@ BASE_STEP = "scale 1, clip"
 # wide4: drawn (at 9f2e6eb) and measured to the byte while the estimator's last change was made, first compared after it;
 # fitted since its i09 (+6.9%) changed the causal mask without flash attention to the compute dtype and, with it, the
 # attention backward of a recomputed float16 attention (docs/estimator.md)
-# wide5: drawn (at 01238e9) and measured to the byte while the estimator's last change was made, first compared after it
+# wide5: drawn (at 01238e9) and measured to the byte while the estimator's last change was made, first compared after it;
+# fitted since its c00 (+5.9%) and c09 (-6.4%) changed the Llama's reading of qkv_concat (fused w_qkv and w_gate_hidden)
+# and the embedding's early AdamW tensors at the largest weight's update (docs/estimator.md)
 WIDE_SETS = {"wide": (20261206, "z", 12), "wide2": (20261207, "a", 12), "wide3": (20261211, "b", 11),
              "wide4": (20261215, "i", 11), "wide5": (20261219, "c", 11)}
 PAIRS = 16

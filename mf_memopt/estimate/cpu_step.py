@@ -119,7 +119,10 @@ def optimizer_steps(model: ModelSpec, layers: int, early: dict[str, int],
     (legacy Llama traces of w05, s19, s25, h05, t12): the end of clip-grad (every parameter's clipped float32
     gradient, the `Select`, and its first product, the `Mul`, with clip-grad's last sum, the `ClipGradNorm` `Add`
     of the embedding's size) and the largest weight's update (its three float32 temporaries on top, the
-    parameters finished before it holding nothing any more).
+    parameters finished before it holding nothing any more, the `early` vocabulary-sized tensors among them: both
+    are made for the embedding, which is updated first, and freed by its update (wide5's c09: two float32 (520, 552)
+    `Mul`s made as the step starts and freed inside the embedding's update, none alive at the peak, the largest
+    weight's update; the same with a vocabulary of 2000)).
     """
     if float32_model(model):
         largest = max([*model.largest_params(), model.vocab * model.hidden])
@@ -133,7 +136,7 @@ def optimizer_steps(model: ModelSpec, layers: int, early: dict[str, int],
     if finished_first is not None and model.clip_grad and model.compute_bytes != FP32:
         return [StagePeak(kind="end of clip-grad", components={
                     "optimizer working set": 2 * FP32 * params, "clip-grad's last sum": FP32 * embedding, **early}),
-                _one_at_a_time(model, params, finished_first, early)]
+                _one_at_a_time(model, params, finished_first)]
     if (model.compute_bytes != FP32 and embedding > moments) or half_parameters_float32_norms(model):
         finishing = {"clip-grad's last sum": FP32 * embedding}
     else:
@@ -142,12 +145,11 @@ def optimizer_steps(model: ModelSpec, layers: int, early: dict[str, int],
         "optimizer working set": 2 * FP32 * params, **finishing, **early})]
 
 
-def _one_at_a_time(model: ModelSpec, params: int, finished_first: int, early: dict[str, int],
-                   kind: str = "optimizer step") -> StagePeak:
+def _one_at_a_time(model: ModelSpec, params: int, finished_first: int, kind: str = "optimizer step") -> StagePeak:
     """The largest weight's update when the updates run one parameter at a time after clip-grad (`one_update`).
     Traced with float32 and float16 parameters (w05, s19, s25, h05, t12; fresh10's x00: 260.59 MiB at the Add of
     layer 0's gate projection, the embedding and layer 0's attention weights done)."""
-    return one_update(params, finished_first, max(model.largest_params()), early, kind)
+    return one_update(params, finished_first, max(model.largest_params()), {}, kind)
 
 
 def one_update(params: int, finished: int, size: int, extra: dict[str, int], kind: str = "optimizer step") -> StagePeak:

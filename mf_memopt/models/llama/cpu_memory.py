@@ -39,7 +39,7 @@ from ...estimate.effects import LayerEffect
 from ...estimate.inventory import FP32, dims
 from ...estimate.memory import StagePeak
 from ...estimate.spec import ModelSpec, ParallelSpec
-from .inventory import cpu_attention_model, cpu_mask_bytes, cpu_matmul_copies
+from .inventory import cpu_attention_model, cpu_mask_bytes, cpu_matmul_copies, linear_names, linear_ops
 
 
 def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StagePeak]:
@@ -47,7 +47,7 @@ def cpu_checkpoints(model: ModelSpec, effects: list[LayerEffect]) -> list[StageP
     model = cpu_attention_model(model)
     kept = [effect.bytes() - effect.bytes("recomputed") for effect in effects]  # nothing is swapped on CPU
     tables = _cpu_tables(model, effects)
-    sizes = dict(zip(_LINEAR_OPS, model.layer_param_list()))
+    sizes = dict(zip(linear_ops(model), model.layer_param_list()))
     copies = weight_copies(model, effects, lambda index: sizes, _rerun)
     candidates = [
         StagePeak(kind="first attention of the forward (weight copies made)", components={
@@ -95,7 +95,8 @@ def _mlp_forward(model: ModelSpec, effects: list[LayerEffect], index: int, kept:
     t02: 64.37 MiB at layer 1's w1 `MatMul`, float16 compute with float32 parameters). On top: the layer's kept
     tensors up to its ffn_norm, the residual (the attention's `Add`), w1's float32 output (`MatMul`) and, with
     float16 compute, the float32 casts of the normalised input that w1's and w3's `MatMul`s read (`Cast`), and the
-    labels' float32 one-hot (`OneHot`, b*s*V), made at the start of the step. Layers after `index` are not
+    labels' float32 one-hot (`OneHot`, b*s*V), made at the start of the step (with qkv_concat, w_gate_hidden's
+    float32 output of both projections and one input cast). Layers after `index` are not
     counted (their copies would make a layer's moment depend on later layers' choices, which the planner's
     search does not allow): the last layer's moment is the whole one, the others' a lower bound."""
     dim, c = dims(model, ParallelSpec()), model.compute_bytes
@@ -103,12 +104,16 @@ def _mlp_forward(model: ModelSpec, effects: list[LayerEffect], index: int, kept:
     before_mlp = sum(item.saved.nbytes for item in effects[index].tensors
                      if item.fate != "recomputed" and not item.saved.path.startswith(mlp))
     mlp_copies = sum(size for path, size in copies.forward[index].items() if path.startswith(mlp))
-    inputs = 2 * FP32 * dim.bsh_full if cpu_matmul_copies(model) else 0
+    # with qkv_concat one MatMul (w_gate_hidden) reads one float32 copy of the input and writes both projections
+    # (wide5's c09: a (29, 3588) float32 MatMul output and one (29, 552) Cast at layer 2's, 69.64 MiB)
+    linears = len(linear_names(model)[1])
+    outputs = 2 if model.fused_linears else 1           # w1's output, or w_gate_hidden's (both projections)
+    inputs = linears * FP32 * dim.bsh_full if cpu_matmul_copies(model) else 0
     return StagePeak(kind="MLP forward", layer=index, components={
         "activations kept": sum(kept[:index]) + before_mlp,
         "weight copies": sum(copies.backward[:index + 1]) + copies.lm_head + mlp_copies + copies.lm_head_forward,
         "model-level tensors": c * dim.bsh_full + tables + FP32 * model.batch * model.seq * model.vocab,
-        "layer working set": FP32 * dim.bsf + inputs})
+        "layer working set": outputs * FP32 * dim.bsf + inputs})
 
 
 def _first_scores(model: ModelSpec, effects: list[LayerEffect]) -> int:
@@ -217,8 +222,6 @@ def _rerun(path: str, effect: LayerEffect) -> bool:
 
 
 _NORMS = ("attention_norm.", "ffn_norm.")
-_LINEAR_OPS = ("attention.wq.matmul", "attention.wk.matmul", "attention.wv.matmul", "attention.wo.matmul",
-               "feed_forward.w1.matmul", "feed_forward.w2.matmul", "feed_forward.w3.matmul")
 
 
 def _cpu_tables(model: ModelSpec, effects: list[LayerEffect]) -> int:

@@ -35,8 +35,43 @@ from ...estimate.spec import ModelSpec, ParallelSpec
 
 def layer_inventory(model: ModelSpec, parallel: ParallelSpec, runtime: str) -> list[Saved]:
     if runtime == "cpu":
-        return _cpu_layer(cpu_attention_model(model), dims(model, parallel))
-    return _ascend_layer(model, dims(model, parallel))
+        saved = _cpu_layer(cpu_attention_model(model), dims(model, parallel))
+    else:
+        saved = _ascend_layer(model, dims(model, parallel))
+    if not model.fused_linears:
+        return saved
+    return [replace(item, path=_CONCAT_TENSORS.get(item.path, item.path),
+                    output_of=_CONCAT_TENSORS.get(item.output_of or "", item.output_of)) for item in saved]
+
+
+# qkv_concat (`fused_linears`): MindFormers' LLamaAttention has one `w_qkv` Linear whose output `split_qkv` cuts
+# into q, k and v, and LlamaFeedForward (built with ffn_concat=qkv_concat) one `w_gate_hidden` whose output `split`
+# cuts into the gate and up projections' outputs, the SiLU a cell of its own (`activate`) (llama_transformer.py,
+# llama_layer.py); the tensors are the same, made by these operators
+_CONCAT_TENSORS = {"attention.wv.matmul": "attention.split_qkv", "feed_forward.w1.matmul": "feed_forward.split",
+                   "feed_forward.w3.matmul": "feed_forward.split",
+                   "feed_forward.w1.activation.silu": "feed_forward.activate.silu",
+                   "feed_forward.w1": "feed_forward.activate"}
+_CONCAT_OPS = {"attention.wq.matmul": "attention.w_qkv.matmul", "attention.wk.matmul": "attention.w_qkv.matmul",
+               "attention.wv.matmul": "attention.w_qkv.matmul",
+               "feed_forward.w1.matmul": "feed_forward.w_gate_hidden.matmul",
+               "feed_forward.w3.matmul": "feed_forward.w_gate_hidden.matmul"}
+
+
+def linear_names(model: ModelSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The Linears that read the attention's and the MLP's normalised input."""
+    if model.fused_linears:
+        return ("w_qkv",), ("w_gate_hidden",)
+    return ("wq", "wk", "wv"), ("w1", "w3")
+
+
+def linear_ops(model: ModelSpec) -> tuple[str, ...]:
+    """The matmul paths of one layer's Linears in `ModelSpec.layer_param_list` order (its weights')."""
+    if model.fused_linears:
+        return ("attention.w_qkv.matmul", "attention.wo.matmul", "feed_forward.w_gate_hidden.matmul",
+                "feed_forward.w2.matmul")
+    return ("attention.wq.matmul", "attention.wk.matmul", "attention.wv.matmul", "attention.wo.matmul",
+            "feed_forward.w1.matmul", "feed_forward.w2.matmul", "feed_forward.w3.matmul")
 
 
 def _ascend_layer(model: ModelSpec, dim: Dims) -> list[Saved]:
@@ -103,7 +138,8 @@ def _cpu_layer(model: ModelSpec, dim: Dims) -> list[Saved]:
     c, wide = model.compute_bytes, cpu_matmul_copies(model)
     mha = model.kv_heads == model.heads
     matmul_in = FP32 if wide else c
-    saved = [*_cpu_norm(model, dim, "attention_norm", ("wq", "wk", "wv"))]
+    attention_linears, mlp_linears = linear_names(model)
+    saved = [*_cpu_norm(model, dim, "attention_norm", attention_linears)]
     if wide or mha:
         saved += [Saved(path="attention.apply_rotary_emb.add", what="q and k after RoPE" + _copy(wide),
                         nbytes=matmul_in * dim.q * 2),
@@ -121,7 +157,7 @@ def _cpu_layer(model: ModelSpec, dim: Dims) -> list[Saved]:
                        nbytes=matmul_in * dim.q, role=ATTENTION_OUTPUT))
     if not model.norm_cast:
         saved.append(Saved(path="add", what="residual after attention (input of ffn_norm)", nbytes=c * dim.bsh))
-    saved += _cpu_norm(model, dim, "ffn_norm", ("w1", "w3"))
+    saved += _cpu_norm(model, dim, "ffn_norm", mlp_linears)
     saved += [
         Saved(path="feed_forward.w1.matmul", what="w1 output (input of the SiLU backward)", nbytes=c * dim.bsf),
         Saved(path="feed_forward.w3.matmul", what="w3 output", nbytes=c * dim.bsf),
@@ -203,7 +239,7 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec) -> list[Op]:
     t, b, s, h, d = parallel.tensor, model.batch, model.seq // parallel.context, model.hidden, model.head_dim
     heads, kv = model.heads // t, max(model.kv_heads // t, 1)
     core = "attention.flash_attention.flash_attention" if model.flash_attention else "attention.batch_matmul_q_k"
-    return [
+    ops = [
         Op(path="attention.wq.matmul", flops=2 * b * s * h * heads * d),
         Op(path="attention.wk.matmul", flops=2 * b * s * h * kv * d),
         Op(path="attention.wv.matmul", flops=2 * b * s * h * kv * d),
@@ -213,3 +249,10 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec) -> list[Op]:
         Op(path="feed_forward.w3.matmul", flops=2 * b * s * h * model.ffn // t),
         Op(path="feed_forward.w2.matmul", flops=2 * b * s * model.ffn // t * h),
     ]
+    if not model.fused_linears:
+        return ops
+    fused: dict[str, int] = {}
+    for op in ops:
+        path = _CONCAT_OPS.get(op.path, op.path)
+        fused[path] = fused.get(path, 0) + op.flops
+    return [Op(path=path, flops=flops) for path, flops in fused.items()]

@@ -94,4 +94,4 @@ def _model(source: Source, model: dict[str, Any]) -> ModelSpec:
         roles=tuple(sorted(by_role.items())),
         flash_attention=bool(model.get("use_flash_attention", False)),
         tie_embeddings=bool(model.get("tie_word_embeddings", False)),
-        clip_grad=step_form(source).clip_grad)
+        clip_grad=step_form(source).clip_grad, fused_linears=bool(model.get("qkv_concat", False)))
