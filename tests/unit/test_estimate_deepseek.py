@@ -145,8 +145,9 @@ def test_auto_offers_the_shared_experts_where_the_model_has_them():
 # (-9.4% at first comparison: q projected directly, the attention cell recomputed) was traced and a term changed for
 # it (the multi-latent split's outputs, kept when the attention is recomputed, not only under full recompute).
 # `fresh2` (seed 20261218), first compared after that term: 7 of 8 within 5%; its q05 (+7.8%: an MTP layer, vocabulary
-# 4096) was traced and a term changed for it (the main loss runs before the MTP layer: two moments at the end of the
-# forward, `cpu_memory._end_of_forward`). Known misses, each strict (none today).
+# 4096) was traced and two terms changed for it (the main loss runs before the MTP layer: two moments at the end of
+# the forward, `cpu_memory._end_of_forward`; the MTP layer's enorm and hnorm keep an early 2*x). Known misses, each
+# strict (none today).
 FRESH_KNOWN: dict[str, str] = {}
 FRESH_HELD_OUT: tuple[str, ...] = ()
 
@@ -213,3 +214,23 @@ def test_with_an_mtp_layer_the_forward_ends_at_the_main_loss_and_at_the_mtp_loss
                        and item.saved.path.startswith(("transformer_layer.", "final_layernorm.")))
     assert after_inputs > 0
     assert mtp_loss["activations kept"] - main_loss["activations kept"] == after_inputs
+
+
+@pytest.mark.parametrize("recompute", [{}, {"recompute": True}, {"select_recompute": {"mlp": True}}])
+def test_the_mtp_layers_input_norms_keep_their_early_backward_product_on_cpu(tmp_path, recompute):
+    """enorm's and hnorm's RmsNorm backward makes its 2*x early, as every norm on CPU, and their inputs (the shifted
+    tokens' embedding, the decoder's output) are kept under full recompute, so it is kept too (the fresh2 set's q05
+    and q01: eleven and six b*s*h `_Muls` alive at the main loss, two of them the MTP layer's)."""
+    data = yaml.safe_load(TINY.read_text())
+    data["recompute_config"] = {"recompute": False, "select_recompute": False, "select_comm_recompute": False,
+                                **recompute}
+    path = tmp_path / "deepseek.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    estimate = estimate_config(path, runtime="cpu")
+    early = [item for item in _by_label(estimate)["mtp.0"].tensors
+             if item.saved.path in ("enorm.norm", "hnorm.norm") and item.saved.what.startswith("2*x")]
+    assert [item.fate for item in early] == ["kept", "kept"]
+    assert all(item.saved.nbytes == 4 * estimate.model.batch * estimate.model.seq * estimate.model.hidden
+               for item in early)
+    assert not any(item.saved.what.startswith("2*x") for item in _by_label(_estimate(tmp_path, recompute))["mtp.0"]
+                   .tensors if item.saved.path in ("enorm.norm", "hnorm.norm"))       # ascend: no such tensor

@@ -101,9 +101,9 @@ def _end_of_forward(model: ModelSpec, effects: list[LayerEffect], kept: list[int
       per loss before it the output head's weight gradient (v x h) and its input's (b*s x h), float32.
 
     Memory-pool traces of the DeepSeek-V3 fresh2 set's q05 (vocabulary 4096, 8 MiB a b*s*v tensor): 146.16 MiB at
-    the main loss's `_NLLLoss/Mul`, 152.37 at the MTP loss's (146.06 and 152.71 counted here); the one moment
+    the main loss's `_NLLLoss/Mul`, 152.37 at the MTP loss's (147.06 and 153.71 counted here); the one moment
     counted before, every activation beside seven b*s*v tensors, said 164.21 (+7.8%). q05 at vocabulary 8192 peaks
-    at the main loss: 214.16 measured, 214.06 here, 232.21 before; its MTP loss 208.37 measured, 208.71 here. The
+    at the main loss: 214.16 measured, 215.06 here, 232.21 before; its MTP loss 208.37 measured, 209.71 here. The
     fresh set's g05, the held-out set's k03 and k06 and configs/deepseek3_tiny.yaml run in the same order. Traced
     with one MTP layer: a loss per MTP layer before the last, and the forward copies of the MTP layers' matmuls
     (none in a float32 model) at the main loss, follow the same reading, not a trace."""
