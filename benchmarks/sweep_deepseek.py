@@ -23,7 +23,9 @@ compared with any of it. It varies what changes what such a model keeps:
 `--set fresh` is a second set of the same draw from its own seed (`SETS`), drawn after the estimator's last
 change (3397990) and measured to the byte before its first comparison; a fitted set since: its g04 (-9.4% at
 first comparison) was traced and the multi-latent split's term changed for it. `--set fresh2`, a third, was drawn
-(at 9f2e6eb) and measured to the byte while the estimator's next change was made, before its first comparison.
+(at 9f2e6eb) and measured to the byte while the estimator's next change was made, before its first comparison; a
+fitted set since: its q05 (+7.8% at first comparison) was traced and the end of the forward with an MTP layer changed
+for it.
 Peaks go to `benchmarks/data/sweep_deepseek_peaks.json` (`sweep_deepseek_{set}_peaks.json`).
 """
 
@@ -48,7 +50,7 @@ SEED = 20261125
 CONFIGS = 8
 # set -> (seed, config name prefix); "held-out" is the first set; "fresh" is fitted (g04's miss changed a term);
 # fresh2: drawn (at 9f2e6eb) and measured to the byte while the estimator's last change was made, first compared
-# after it
+# after it; fitted since (q05's miss changed a term)
 SETS = {"held-out": (SEED, "k"), "fresh": (20261214, "g"), "fresh2": (20261218, "q")}
 # the MoE sweep's forms but the router alone (which saves nothing there)
 RECOMPUTE: dict[str, dict[str, Any]] = {name: form for name, form in MOE_RECOMPUTE.items()

@@ -419,14 +419,19 @@ def mtp_inventory(model: ModelSpec, parallel: ParallelSpec, runtime: str) -> lis
                      output_of=MTP_LAYER + item.output_of if item.output_of else None,
                      kept_by_full_recompute=False) for item in layer_inventory(model, parallel, runtime)]
 
-    def norm(cell: str) -> list[Saved]:
+    def norm(cell: str, early: bool = False) -> list[Saved]:
         scaled = [Saved(path=f"{cell}.norm", what="x * rstd", nbytes=FP32 * dim.bsh)] if runtime == "cpu" else []
+        if early and runtime == "cpu":
+            # the input norms' RmsNorm backward runs its 2*x early, and it reads an input a full recompute keeps
+            # (memory-pool traces of the DeepSeek-V3 fresh2 set's q05, select recompute, and q01, full recompute)
+            scaled.append(Saved(path=f"{cell}.norm", what="2*x of the RmsNorm backward, run early",
+                                nbytes=FP32 * dim.bsh, cpu_only=True, kept_by_full_recompute=True))
         return [*scaled, Saved(path=f"{cell}.norm", what="rstd (fp32, per token)", nbytes=FP32 * dim.bs)]
 
     return [
         Saved(path="enorm.norm", what="embedding of the shifted tokens (input of enorm)", nbytes=c * dim.bsh,
               kept_by_full_recompute=True),
-        *norm("enorm"), *norm("hnorm"),
+        *norm("enorm", early=True), *norm("hnorm", early=True),
         Saved(path="concat", what="both normalised inputs, concatenated (input of eh_proj)", nbytes=c * 2 * dim.bsh),
         Saved(path="eh_proj.matmul", what="eh_proj output (input of transformer_layer)", nbytes=c * dim.bsh),
         *inner,
