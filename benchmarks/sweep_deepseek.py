@@ -16,9 +16,9 @@ compared with any of it. It varies what changes what such a model keeps:
 * six recompute forms (none, full, full of the first layer, the MLP cell, the attention cell, the
   experts alone) and the training-step forms of `step_forms.FORMS`.
 
-    python benchmarks/sweep_deepseek.py [--set fresh|fresh2] list
-    python benchmarks/sweep_deepseek.py [--set fresh|fresh2] measure [--only NAME ...] [--exact]
-    python benchmarks/sweep_deepseek.py [--set fresh|fresh2] compare
+    python benchmarks/sweep_deepseek.py [--set fresh|fresh2|fresh3] list
+    python benchmarks/sweep_deepseek.py [--set fresh|fresh2|fresh3] measure [--only NAME ...] [--exact]
+    python benchmarks/sweep_deepseek.py [--set fresh|fresh2|fresh3] compare
 
 `--set fresh` is a second set of the same draw from its own seed (`SETS`), drawn after the estimator's last
 change (3397990) and measured to the byte before its first comparison; a fitted set since: its g04 (-9.4% at
@@ -50,8 +50,9 @@ SEED = 20261125
 CONFIGS = 8
 # set -> (seed, config name prefix); "held-out" is the first set; "fresh" is fitted (g04's miss changed a term);
 # fresh2: drawn (at 9f2e6eb) and measured to the byte while the estimator's last change was made, first compared
-# after it; fitted since (q05's miss changed a term)
-SETS = {"held-out": (SEED, "k"), "fresh": (20261214, "g"), "fresh2": (20261218, "q")}
+# after it; fitted since (q05's miss changed a term); fresh3: drawn (at c461ca5) and measured to the byte while the
+# estimator's last change was made, first compared after it
+SETS = {"held-out": (SEED, "k"), "fresh": (20261214, "g"), "fresh2": (20261218, "q"), "fresh3": (20261222, "t")}
 # the MoE sweep's forms but the router alone (which saves nothing there)
 RECOMPUTE: dict[str, dict[str, Any]] = {name: form for name, form in MOE_RECOMPUTE.items()
                                        if name != "select mlp.router"}

@@ -16,9 +16,9 @@ estimate was compared with either. The sweep varies what changes what an MoE lay
 Configs come in pairs of the same kind with different shapes: the first of each pair is in the
 `build` half, the second in the `held-out` half.
 
-    python benchmarks/sweep_moe.py [--set wide|wide2|wide3] list
-    python benchmarks/sweep_moe.py [--set wide|wide2|wide3] measure [--only NAME ...] [--exact]
-    python benchmarks/sweep_moe.py [--set wide|wide2|wide3] compare [--half build|held-out]
+    python benchmarks/sweep_moe.py [--set wide|wide2|wide3|wide4] list
+    python benchmarks/sweep_moe.py [--set wide|wide2|wide3|wide4] measure [--only NAME ...] [--exact]
+    python benchmarks/sweep_moe.py [--set wide|wide2|wide3|wide4] compare [--half build|held-out]
 
 `--set wide` draws off the grids (`wide`): the mcore wide draw with experts, top-k and the expert width from
 ranges. Peaks go to `benchmarks/data/sweep_moe_peaks.json` (`sweep_moe_wide_peaks.json`).
@@ -48,7 +48,9 @@ PAIRS = 8
 # wide2: drawn and measured to the byte while the estimator's last change (3397990) was made, first compared after it;
 # fitted since: its f02 (-5.1% at first comparison) was traced and three mcore terms changed for it;
 # wide3: drawn (at 9f2e6eb) and measured to the byte while the estimator's last change was made, first compared after it
-WIDE_SETS = {"wide": (20261204, "x", 12), "wide2": (20261213, "f", 10), "wide3": (20261217, "n", 10)}
+# wide4: drawn (at c461ca5) and measured to the byte while the estimator's last change was made, first compared after it
+WIDE_SETS = {"wide": (20261204, "x", 12), "wide2": (20261213, "f", 10), "wide3": (20261217, "n", 10),
+             "wide4": (20261221, "r", 10)}
 RECOMPUTE: dict[str, dict[str, Any]] = {
     "none": dict(OFF),
     "full": {**OFF, "recompute": True},
