@@ -19,8 +19,8 @@ vocab, batch, layers and the FFN keys; `use_flash_attention` (the launcher's CPU
 `qkv_concat`; each dtype setting; full recompute of every layer or of the first k; select recompute of
 either or both cells, of every layer or the first k, with or without `mul` excluded; and every step form.
 
-    python benchmarks/sweep.py measure [--set fresh...fresh11|wide...wide5] [--only NAME ...] [--exact]  # train
-    python benchmarks/sweep.py compare [--set fresh...fresh11|wide...wide5]   # estimator against the data file
+    python benchmarks/sweep.py measure [--set fresh...fresh11|wide...wide6] [--only NAME ...] [--exact]  # train
+    python benchmarks/sweep.py compare [--set fresh...fresh11|wide...wide6]   # estimator against the data file
     python benchmarks/sweep.py shipped [--remeasure]          # estimate --measure on every configs/*.yaml
     python benchmarks/run.py --only sweep [--remeasure]       # the sweep through the benchmark runner
 
@@ -77,8 +77,9 @@ BASE_STEP = "scale 1, clip"
 # wide5: drawn (at 01238e9) and measured to the byte while the estimator's last change was made, first compared after it;
 # fitted since its c00 (+5.9%) and c09 (-6.4%) changed the Llama's reading of qkv_concat (fused w_qkv and w_gate_hidden)
 # and the embedding's early AdamW tensors at the largest weight's update (docs/estimator.md)
+# wide6: drawn (at 205752e) and measured to the byte while the estimator's last change was made, first compared after it
 WIDE_SETS = {"wide": (20261206, "z", 12), "wide2": (20261207, "a", 12), "wide3": (20261211, "b", 11),
-             "wide4": (20261215, "i", 11), "wide5": (20261219, "c", 11)}
+             "wide4": (20261215, "i", 11), "wide5": (20261219, "c", 11), "wide6": (20261223, "f", 11)}
 PAIRS = 16
 STEPS = 1
 TARGET, AIM = 0.05, 0.03

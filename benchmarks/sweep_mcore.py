@@ -23,9 +23,9 @@ divisor), intermediate_size, seq, batch and vocab from ranges, `use_flash_attent
 off, four dtype settings (float16 softmax, or float16 norms, under float16 compute too), full recompute of
 every layer or the first k, select recompute of either or both cells of every layer or the first k.
 
-    python benchmarks/sweep_mcore.py list [--set fresh...fresh6|wide...wide4]
-    python benchmarks/sweep_mcore.py measure [--set fresh...fresh6|wide...wide4] [--only NAME ...] [--exact]
-    python benchmarks/sweep_mcore.py compare [--set fresh...fresh6|wide...wide4] [--half build|held-out]
+    python benchmarks/sweep_mcore.py list [--set fresh...fresh6|wide...wide5]
+    python benchmarks/sweep_mcore.py measure [--set fresh...fresh6|wide...wide5] [--only NAME ...] [--exact]
+    python benchmarks/sweep_mcore.py compare [--set fresh...fresh6|wide...wide5] [--half build|held-out]
 
 Peaks go to `benchmarks/data/sweep_mcore_peaks.json` (see `sweep.py` for the reading of a printed peak).
 """
@@ -67,8 +67,9 @@ FRESH_SETS = {"fresh": (20261127, "d", 3), "fresh2": (20261128, "e", 5), "fresh3
 # wide3: drawn (at 9f2e6eb) and measured to the byte while the estimator's last change was made, first compared after it;
 # a fitted set since: its h06 and h08 misses changed two terms (docs/estimator.md)
 # wide4: drawn (at 01238e9) and measured to the byte while the estimator's last change was made, first compared after it
+# wide5: drawn (at 205752e) and measured to the byte while the estimator's last change was made, first compared after it
 WIDE_SETS = {"wide": (20261203, "w", 12), "wide2": (20261212, "c", 11), "wide3": (20261216, "h", 11),
-             "wide4": (20261220, "k", 11)}
+             "wide4": (20261220, "k", 11), "wide5": (20261224, "q", 11)}
 ARCHITECTURES = {"qwen3": {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "qk_layernorm": True},
                  "telechat3": {"model_type": "telechat3", "architectures": ["TeleChat3ForCausalLM"],
                                "qk_layernorm": False}}
