@@ -7,7 +7,8 @@ A set is held out while no estimator term has been changed because of it. The sw
 dense optimizer's float16-norm case and the float32 attention backward changed for them: docs/estimator.md) are
 fitted: each one's first misses were traced and a term changed for them (benchmarks/README.md (e)). `fresh6`, `wide`
 and `wide2` (drawn off the grids: every key a user writes, use_flash_attention and qkv_concat both ways; `wide2`,
-seed 20261212) are held out: each was measured before the estimator saw it and nothing changed after it.
+seed 20261212; `wide4`, seed 20261220; `wide5`, seed 20261224, first compared after every term of 2026-11-26) are
+held out: each was measured before the estimator saw it and nothing changed after it.
 
 The peaks are data in `benchmarks/data/`; nothing here is typed by hand. The sets cover both architectures,
 float32 and float16 compute, eight recompute forms and six training-step forms, tied and untied embeddings, so
