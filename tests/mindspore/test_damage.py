@@ -35,10 +35,10 @@ def _launch(tmp_path: Path, *extra: str, timeout: float = 600) -> subprocess.Com
 def _tokens(tmp_path: Path, name: str = "tokens.mindrecord") -> Path:
     """A fresh token file (a MindRecord header names its own file: a copy would read the original), written here as
     `python -m mf_memopt.data` writes it (without a child that imports MindSpore again)."""
-    from mf_memopt.config.source import load_source
+    from mf_memopt.config.load import load_document
     from mf_memopt.runtime.data import token_spec, write_mindrecord
 
-    return write_mindrecord(token_spec(load_source(TINY), path=str(tmp_path / name)))
+    return write_mindrecord(token_spec(load_document(TINY), path=str(tmp_path / name)))
 
 
 def _overwrite_the_middle(path: Path, size: int = 4096, seed: int = 1) -> None:
