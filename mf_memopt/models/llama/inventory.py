@@ -65,13 +65,16 @@ def linear_names(model: ModelSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return ("wq", "wk", "wv"), ("w1", "w3")
 
 
+_LINEAR_OPS = ("attention.wq.matmul", "attention.wk.matmul", "attention.wv.matmul", "attention.wo.matmul",
+               "feed_forward.w1.matmul", "feed_forward.w2.matmul", "feed_forward.w3.matmul")
+
+
 def linear_ops(model: ModelSpec) -> tuple[str, ...]:
-    """The matmul paths of one layer's Linears in `ModelSpec.layer_param_list` order (its weights')."""
-    if model.fused_linears:
-        return ("attention.w_qkv.matmul", "attention.wo.matmul", "feed_forward.w_gate_hidden.matmul",
-                "feed_forward.w2.matmul")
-    return ("attention.wq.matmul", "attention.wk.matmul", "attention.wv.matmul", "attention.wo.matmul",
-            "feed_forward.w1.matmul", "feed_forward.w2.matmul", "feed_forward.w3.matmul")
+    """The matmul paths of one layer's Linears in `ModelSpec.layer_param_list` order (its weights'); with
+    qkv_concat each fused Linear once, where its first part was."""
+    if not model.fused_linears:
+        return _LINEAR_OPS
+    return tuple(dict.fromkeys(_CONCAT_OPS.get(path, path) for path in _LINEAR_OPS))
 
 
 def _ascend_layer(model: ModelSpec, dim: Dims) -> list[Saved]:
