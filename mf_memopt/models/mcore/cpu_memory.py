@@ -229,9 +229,10 @@ def _attention_backward(model: ModelSpec, effects: list[LayerEffect], index: int
         + (3 * FP32 + ((FP32 + 1) if rebuilt else 0)) * dim.scores
     copies_held, gradients = sum(copies.backward[:index + 1]), model.gradient_bytes * (fc1 + fc2)
     if _float32_plain_attention(model, rebuilt):
+        linears = _linears(unit)
         working += FP32 * dim.q - _read_before_scores_rebuilt(effects[index], model, dim)
-        copies_held -= sum(FP32 * size for path, size in _linears(unit).items() if not _before_scores(path))
-        gradients += model.gradient_bytes * _linears(unit)[_PROJ]
+        copies_held -= sum(FP32 * size for path, size in linears.items() if not _before_scores(path))
+        gradients += model.gradient_bytes * linears[_PROJ]
     return StagePeak(kind="attention backward", layer=index, components={
         "activations kept": sum(kept[:index]),
         "weight copies": copies_held,
