@@ -121,9 +121,9 @@ def _auto_parser(commands) -> None:
     auto.add_argument("--timing-runs", type=_positive_int, default=2, metavar="N",
                       help="cpu: runs of each choice in a new time profile, and of each plan in --measure's time "
                            "loop, interleaved (default 2; more on a noisy machine)")
-    auto.add_argument("--rivals", type=int, default=2, metavar="N",
+    auto.add_argument("--rivals", type=int, default=3, metavar="N",
                       help="with --measure: also train the N next-fastest plans the estimate calls feasible and keep "
-                           "the fastest that holds the budget (default 2; 0 keeps the search's plan)")
+                           "the fastest that holds the budget (default 3; 0 keeps the search's plan)")
     auto.set_defaults(run=_auto)
 def _compare_parser(commands) -> None:
     from .compare import DEFAULT_TOLERANCE
@@ -350,8 +350,8 @@ def _auto(args: argparse.Namespace) -> int:
             data["measure"] = [{"round": item.number, "planned_for_bytes": item.planned_for,
                                 "predicted_peak_bytes": item.predicted, "measured_peak_bytes": item.measured}
                                for item in rounds]
-            data["timed"] = [{"plan": item.name, "peaks_bytes": list(item.peaks), "median_step_seconds": item.median_s,
-                              "steps": len(item.step_s), "kept": item.plan is result} for item in timed]
+            data["timed"] = [{"plan": item.name, "peaks_bytes": list(item.peaks), "step_seconds": item.time_s,
+                              "run_step_seconds": list(item.times), "kept": item.plan is result} for item in timed]
         print(json.dumps(data, indent=2))
     else:
         print(auto_text(result))
@@ -364,7 +364,7 @@ def _auto(args: argparse.Namespace) -> int:
                   f"{human(last.measured)} in the memory pool, {verdict} the {human(budget)} budget")
             for item in timed:
                 print(f"{'kept' if item.plan is result else 'rival'}: {item.name}: pool peak {human(item.peak)}, "
-                      f"median step {item.median_s * 1e3:.0f} ms over {len(item.step_s)} steps")
+                      f"step {item.time_s * 1e3:.0f} ms (fastest of {len(item.times)} run(s))")
         print(f"written to {output}" if output else "(no --output: the YAML was not written)")
     if args.measure and not timed and rounds[-1].measured > budget:
         print(f"auto: still over the budget after {len(rounds)} rounds", file=sys.stderr)

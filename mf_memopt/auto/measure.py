@@ -71,28 +71,27 @@ def measure_rounds(plan_for: Callable[[int], AutoPlan], budget: int, output: Pat
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Timed:
-    """A plan trained for its step time: every run's pool peak and timed steps."""
+    """A plan trained for its step time: every run's pool peak and step time (`timing.Trained.time_s`)."""
 
     plan: AutoPlan
     name: str
     peaks: tuple[int, ...]
-    step_s: tuple[float, ...]
+    times: tuple[float, ...]
 
     @property
     def peak(self) -> int:
         return max(self.peaks)
 
     @property
-    def median_s(self) -> float:
-        import statistics
-
-        return statistics.median(self.step_s)
+    def time_s(self) -> float:
+        """The fastest run's step time (`timing.fastest`)."""
+        return min(self.times)
 
 
 def measure_time(plans: list[tuple[str, AutoPlan]], budget: int, work: Path, report: Callable[[str], None],
                  runs: int = 2, train=None, first: dict[int, object] | None = None) -> tuple[int, list[Timed]]:
     """Train each plan `runs` times, the plans interleaved (run 1 of every plan, then run 2, ...); a plan's time is
-    the median of all its timed steps. Returns the index of the fastest plan whose measured pool peak holds the
+    its fastest run's (`timing.fastest`). Returns the index of the fastest plan whose measured pool peak holds the
     budget (else the one with the lowest peak) and every plan's measurement. `first[i]`, when given, is plan i's
     first run already made (the peak rounds trained it)."""
     from .timing import train_run
@@ -107,19 +106,19 @@ def measure_time(plans: list[tuple[str, AutoPlan]], budget: int, work: Path, rep
             config.write_text(plan.text, encoding="utf-8")
             done[index].append(train(config.resolve(), work / f"time{index}_{repeat}"))
             trained = done[index][-1]
-            report(f"time: {name}: pool peak {trained.peak_bytes / 2**20:.0f} MiB, median step "
-                   f"{trained.median_s * 1e3:.0f} ms (run {repeat + 1}/{runs})")
+            report(f"time: {name}: pool peak {trained.peak_bytes / 2**20:.0f} MiB, step "
+                   f"{trained.time_s * 1e3:.0f} ms (run {repeat + 1}/{runs})")
     timed = [Timed(plan=plan, name=name, peaks=tuple(item.peak_bytes for item in done[index]),
-                   step_s=tuple(step for item in done[index] for step in item.step_s))
+                   times=tuple(item.time_s for item in done[index]))
              for index, (name, plan) in enumerate(plans)]
     holding = [index for index, item in enumerate(timed) if item.peak <= budget]
     if holding:
-        return min(holding, key=lambda index: (timed[index].median_s, index)), timed
+        return min(holding, key=lambda index: (timed[index].time_s, index)), timed
     return min(range(len(timed)), key=lambda index: timed[index].peak), timed
 
 
 def measure_plan(config: str | Path | Document, plan_for: Callable[[int], AutoPlan], budget: int, times, *,
-                 rivals: int = 2, runs: int = 2, train=None, report: Callable[[str], None] = lambda line: None
+                 rivals: int = 3, runs: int = 2, train=None, report: Callable[[str], None] = lambda line: None
                  ) -> tuple[list[Round], AutoPlan, list[Timed]]:
     """`auto --measure`: the peak rounds (`measure_rounds`), then, when the plan holds the budget, the time loop:
     the plan and its `rivals` next-fastest plans whose estimate fits (`space.PlanSpace`, priced as the search

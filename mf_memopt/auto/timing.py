@@ -4,9 +4,16 @@ FLOPs say little about recompute time on CPU: the softmax, the norms, the casts 
 are memory-bound and take far more time than their FLOPs say. So the cost of each choice is measured on the
 config itself: the launcher trains the config with every layer given the same choice (keep, each cell, every
 cell, full recompute), `STEPS` steps each in its own process, the runs interleaved over the choices `RUNS`
-times. A choice's added time per layer and step is (its median step time - keep's) / layers: the recompute as the
+times. A choice's added time per layer and step is (its step time - keep's) / layers: the recompute as the
 runtime runs it, every operator of the recomputed cells included. `problem.py` prices a plan as the sum of its
 layers' added times.
+
+The clock (`Trained.time_s`, `fastest`): the wall time of each step after the first `WARMUP` (the first compiles;
+on CPU the next four run 30-50% slower while the run settles), and of a run the lower quartile of those steps: a
+step that another process or a slow phase of the run stretched does not count, and the steps' CPU time is not used
+(MindSpore's CPU threads spin while they wait, so a step's CPU time is about twice its wall time on two cores and
+varies by 30% between runs of one plan). Runs of one plan still differ (by up to 18% here: a run can land in a
+slower regime throughout), so a plan's time is its fastest run's.
 
 The profile is cached per model shape (every key of the YAML but the plan sections, the callbacks and the
 paths: `shape_key`) as JSON under `cache_dir()` (`MF_MEMOPT_CACHE`, else `~/.cache/mf_memopt`), read back
@@ -34,9 +41,11 @@ from ..estimate.measure import MeasureError
 from ..runner import ChildFailed, train, yaml_dataset
 from .choices import Choice
 
-STEPS = 6                   # steps per run; the first (compile, warm-up) is not timed
+STEPS = 15                  # steps per run
+WARMUP = 5                  # the first steps are not timed: the compile, then the run settling
 RUNS = 2                    # runs per choice, interleaved (the run-to-run spread is large on a loaded machine)
-VERSION = 2
+EPOCHS = 10_000             # a short dataset is read again until STEPS steps are trained (--train_steps stops)
+VERSION = 3                 # 3: the wall-clock lower quartile after WARMUP steps (2 timed CPU time from step 2)
 _IGNORED = ("recompute_config", "swap_config", "callbacks", "output_dir", "load_checkpoint", "src_strategy_path_or_dir",
             "train_dataset", "train_dataset_task", "generated_dataset", "eval_dataset", "eval_dataset_task")
 STEP_LINE = re.compile(r"mf_memopt stepclock: step (\d+) wall_ms ([\d.]+) cpu_ms ([\d.]+)")
@@ -44,15 +53,26 @@ STEP_LINE = re.compile(r"mf_memopt stepclock: step (\d+) wall_ms ([\d.]+) cpu_ms
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Trained:
-    """One training run: the memory-pool peak and each timed step (seconds, the first step left out)."""
+    """One training run: the memory-pool peak and the wall time of each timed step (seconds, after `WARMUP`)."""
 
     peak_bytes: int
-    step_s: tuple[float, ...]           # the CPU time of each step (every thread of the process)
-    wall_s: tuple[float, ...] = ()      # the wall time of each step
+    step_s: tuple[float, ...]           # the wall time of each timed step
+    cpu_s: tuple[float, ...] = ()       # their CPU time (every thread of the process), for the record
 
     @property
-    def median_s(self) -> float:
-        return statistics.median(self.step_s)
+    def time_s(self) -> float:
+        """The run's step time: the lower quartile of its timed steps."""
+        return lower_quartile(self.step_s)
+
+
+def lower_quartile(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 4]
+
+
+def fastest(runs: Sequence[Trained]) -> float:
+    """A plan's step time over several runs: its fastest run's (`Trained.time_s`)."""
+    return min(run.time_s for run in runs)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,12 +81,12 @@ class TimeTable:
 
     key: str
     layers: int
-    base_s: float                           # median step time with nothing recomputed
+    base_s: float                           # step time with nothing recomputed
     added_s: dict[str, float]               # choice name -> added seconds per layer per step
-    samples: dict[str, list[float]] = field(default_factory=dict)   # choice name -> every timed step (s)
+    samples: dict[str, list[float]] = field(default_factory=dict)   # choice name -> each run's step time (s)
     source: str = ""
     load: str = ""
-    noise_s: float = 0.0                    # the steps' spread per layer: choices closer than it are not told apart
+    noise_s: float = 0.0                    # the runs' spread per layer: choices closer than it are not told apart
 
     def seconds(self, choice: Choice) -> float:
         if choice.name not in self.added_s:
@@ -135,26 +155,31 @@ def load_average() -> str:
 
 def train_run(config: Path, work: Path, steps: int = STEPS, timeout: float | None = 1800) -> Trained:
     """Train `config` with the launcher in a child process (the package's one child runner), through `stepclock`,
-    which times each step: its pool peak and the steps after the first."""
+    which times each step: its pool peak and the steps after the first `WARMUP`. The dataset is read again as
+    often as `steps` needs (`--epochs`)."""
     work.mkdir(parents=True, exist_ok=True)
     try:
         # trained in this child itself (the launcher's supervised child), where the step callback runs
         done = train(config, steps=steps, work=work, dataset=yaml_dataset(config, work / "output"), timeout=timeout,
-                     entry=[sys.executable, "-m", "mf_memopt.auto.stepclock"], env={"MF_MEMOPT_SUPERVISED": "1"})
+                     entry=[sys.executable, "-m", "mf_memopt.auto.stepclock"], env={"MF_MEMOPT_SUPERVISED": "1"},
+                     extra=["--epochs", str(EPOCHS)])
     except ChildFailed as error:
         raise MeasureError(str(error)) from error
     if done.peak_bytes is None:
         raise MeasureError(f"training {config.name} printed no memory-pool peak (DumpDynamicMemPoolStateInfo)")
     wall, cpu = _step_times(done.log)
-    return Trained(peak_bytes=done.peak_bytes, step_s=cpu, wall_s=wall)
+    return Trained(peak_bytes=done.peak_bytes, step_s=wall, cpu_s=cpu)
 
 
-def _step_times(stdout: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """(wall, cpu) seconds of each step after the first, from `stepclock`'s lines."""
+def _step_times(stdout: str, warmup: int = WARMUP) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(wall, cpu) seconds of each step after the first `warmup`, from `stepclock`'s lines (a run too short to
+    have any: its steps after the first)."""
     steps = {int(number): (float(wall) / 1e3, float(cpu) / 1e3) for number, wall, cpu in STEP_LINE.findall(stdout)}
     if not steps:
         raise MeasureError("the training run printed no step times (mf_memopt.auto.stepclock)")
-    later = [value for number, value in sorted(steps.items()) if number > 1] or list(steps.values())
+    ordered = sorted(steps.items())
+    later = ([value for number, value in ordered if number > warmup]
+             or [value for number, value in ordered if number > 1] or [value for _, value in ordered])
     return tuple(wall for wall, _ in later), tuple(cpu for _, cpu in later)
 
 
@@ -165,7 +190,7 @@ def profile(source: Source, layers: int, uniform: Callable[[Choice], str], choic
     every layer given `choice`."""
     names = sorted({choice.name for choice in choices} | {"keep"})
     by_name = {choice.name: choice for choice in choices} | {"keep": Choice()}
-    samples: dict[str, list[float]] = {name: [] for name in names}
+    samples: dict[str, list[float]] = {name: [] for name in names}      # each run's step time
     loads = [load_average()]
     with tempfile.TemporaryDirectory(prefix="mf_memopt_profile_") as tmp:
         for repeat in range(runs):
@@ -176,36 +201,32 @@ def profile(source: Source, layers: int, uniform: Callable[[Choice], str], choic
                 config.write_text(uniform(by_name[name]), encoding="utf-8")
                 began = time.perf_counter()
                 trained = train(config, work, steps)
-                samples[name] += trained.step_s
-                report(f"profile: every layer {name}: median step {trained.median_s * 1e3:.0f} ms "
+                samples[name].append(trained.time_s)
+                report(f"profile: every layer {name}: step {trained.time_s * 1e3:.0f} ms "
                        f"({time.perf_counter() - began:.0f} s run)")
             loads.append(load_average())
-    base = statistics.median(samples["keep"])
-    measured = {name: max(0.0, statistics.median(values) - base) / layers for name, values in samples.items()}
+    base = min(samples["keep"])
+    measured = {name: max(0.0, min(values) - base) / layers for name, values in samples.items()}
     added = monotone(measured, by_name)
-    noise = statistics.median(_spread(values) for values in samples.values()) / layers
+    noise = statistics.median(max(values) - min(values) for values in samples.values()) / layers
     return TimeTable(key=shape_key(source), layers=layers, base_s=base, added_s=added, samples=samples,
                      noise_s=noise,
                      source=f"step-time profile measured here (every layer given each choice, {runs} run(s) x "
-                            f"{steps} steps; step noise +-{noise * 1e3:.1f} ms per layer)",
+                            f"{steps - WARMUP} timed steps, the fastest run's lower quartile of wall time; runs "
+                            f"differ by {noise * 1e3:.1f} ms per layer)",
                      load="; ".join(loads))
 
 
 def monotone(added: dict[str, float], choices: dict[str, Choice]) -> dict[str, float]:
-    """Each choice costs at least what any choice it contains costs (full recompute contains every cell, both
-    cells each one, every choice keep): a recompute of more operators is never faster. Noise can measure a
-    larger recompute as cheaper; it then takes the larger of its contents' times."""
+    """A recompute of more cells costs at least what each of its cells costs (both cells at least each one alone):
+    noise can measure the larger one as cheaper, and it then takes the larger of its cells' times. Full recompute
+    is not held to this: it runs as one recomputed segment per layer, and it measured faster than recomputing both
+    cells (5% on a 4-layer Llama without flash attention, each time)."""
     def contains(big: Choice, small: Choice) -> bool:
-        return big.full or (not small.full and set(small.select) <= set(big.select))
+        return big == small or (not big.full and not small.full and set(small.select) <= set(big.select))
 
     return {name: max(added[other] for other in added if contains(choices[name], choices[other]))
             for name in added}
-
-
-def _spread(values: Sequence[float]) -> float:
-    """The median absolute deviation of a choice's timed steps."""
-    middle = statistics.median(values)
-    return statistics.median(abs(value - middle) for value in values)
 
 
 def _slug(name: str) -> str:
