@@ -1,22 +1,28 @@
 """`auto --runtime cpu --measure` against brute force, on small held-out configs (issue 37).
 
-    python benchmarks/auto_bruteforce.py [--state DIR] [--fresh] [--repeats 2]
+    python benchmarks/auto_bruteforce.py [--seed N | --configs YAML...] [--state DIR] [--fresh] [--repeats 2]
 
-For each config in `CONFIGS` (a Llama and an mcore Qwen3, written for this benchmark after the last change to the
-planner and never used to tune it; see `DRAWN`):
+The configs are drawn by `draw(seed)`: one Llama and one mcore Qwen3, 3 layers, float32, shapes drawn from ranges
+where recompute costs time on CPU (sequence 640-1280, at least four times the hidden size 64-192: the attention
+scores dominate, so full recompute costs 15-30% of a step and a plan can be 10% faster than it), flash attention
+drawn on or off, batch 1 or 2. `SEEDS` records, for each seed, the planner commit it was drawn after; the
+benchmark prints it and `git log`'s last change to the planner (`mf_memopt/auto`), so a reader sees whether the
+configs were drawn after it.
 
+For each config:
 1. The reference plans "nothing" and "full recompute" are trained (the launcher, `timing.STEPS` steps, its own
    process); the three budgets are a quarter, half and three quarters of the way between their measured pool peaks.
 2. Every plan the YAML's count forms express (`mf_memopt.auto.space`: one full-recompute count and one count per
    select cell; counts below the full count write the same layers, the only reduction) is estimated, and every
    plan the estimate calls feasible at the highest budget is trained once: its pool peak and step time.
 3. `auto` plans each budget as a user runs it: its step-time profile is measured (cached in the state directory),
-   then `--measure` (the peak rounds, then the plan and its 2 nearest rivals trained, interleaved). Its runs are
-   its own: none is shared with step 2.
+   then `--measure` (the peak rounds, then the plan and its 3 nearest rivals trained, interleaved). Its runs are
+   its own: none is counted below.
 4. The contenders of each budget (auto's plan, the 3 fastest plans of step 2 that held the budget, full recompute)
-   are trained `--repeats` more times, interleaved; a plan's time is the median of all its timed steps.
+   are trained `--repeats` more times, interleaved. Every plan compared has the same number of runs, and its time
+   is its fastest run's (`timing.fastest`: a run's lower quartile of wall time per step after the warm-up).
 5. Printed per budget: auto's plan, its measured peak, its rank among the measured plans that hold the budget, its
-   time over the fastest one's, and at the mid budget its time over full recompute's. `uptime`'s load is recorded
+   time over the fastest one's, and at the mid budget its time over full recompute's. The load average is recorded
    at every run and printed with the numbers.
 
 Every run is kept in `--state` (default: `mf_memopt_auto_bruteforce` in the system's temporary directory): a
@@ -30,25 +36,64 @@ import argparse
 import hashlib
 import json
 import os
+import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-HELD_OUT = REPO / "benchmarks" / "heldout37"
-CONFIGS = (HELD_OUT / "llama_2l_h320_s384.yaml", HELD_OUT / "qwen3_2l_h192_s384.yaml")
-DRAWN = ("both configs were written for this benchmark with issue 37's first planner change (measured time model, "
-         "plan space) and never used to tune the plan search; after a first run on them under load, the profile's "
-         "statistics were changed (two runs per choice, a recompute never cheaper than what it contains) to tame "
-         "noise seen there")
+# seed -> the planner commit it was drawn after (the benchmark's first run on it came after that commit)
+SEEDS = {20261126: "696e69e (the wall-clock lower quartile after the warm-up, 3 rivals)"}
+DEFAULT_SEED = 20261126
 SHARES = (0.25, 0.5, 0.75)
 CONTENDERS = 3
+LAYERS = 3
 MiB = 2**20
+
+
+def draw(seed: int) -> dict[str, str]:
+    """One Llama and one Qwen3 config (name -> YAML text), a function of the seed alone."""
+    rng = random.Random(seed)
+    drawn = {}
+    for family, base in (("llama", "configs/llama_tiny.yaml"), ("qwen3", "configs/qwen3_tiny.yaml")):
+        data = yaml.safe_load((REPO / base).read_text())
+        hidden = rng.randrange(64, 193, 32)
+        seq = rng.randrange(max(640, 4 * hidden), 1281, 64)
+        batch = rng.choice((1, 2))
+        flash = rng.choice((False, True))
+        heads = hidden // 32
+        model = data["model"]["model_config"]
+        if family == "llama":
+            model.update(num_layers=LAYERS, hidden_size=hidden, num_heads=heads, seq_length=seq, batch_size=batch,
+                         use_flash_attention=flash)
+        else:
+            groups = rng.choice([g for g in (1, 2, heads) if heads % g == 0])
+            model.update(num_hidden_layers=LAYERS, hidden_size=hidden, num_attention_heads=heads, head_dim=32,
+                         num_key_value_heads=groups, intermediate_size=rng.randrange(2 * hidden, 4 * hidden + 1, 32),
+                         seq_length=seq, max_position_embeddings=seq, use_flash_attention=flash)
+        data["runner_config"]["batch_size"] = batch
+        data["train_dataset"]["batch_size"] = batch
+        data["recompute_config"] = {"recompute": False, "select_recompute": False, "select_comm_recompute": False}
+        name = f"{family}_{LAYERS}l_h{hidden}_s{seq}_b{batch}{'_flash' if flash else ''}"
+        drawn[name] = f"# drawn by benchmarks/auto_bruteforce.py --seed {seed}\n" + yaml.safe_dump(data, sort_keys=False)
+    return drawn
+
+
+def planner_change() -> str:
+    """The last commit that changed the planner (`mf_memopt/auto`), as git names it."""
+    try:
+        return subprocess.run(["git", "log", "-1", "--format=%h %cs %s", "--", "mf_memopt/auto"], cwd=REPO,
+                              capture_output=True, text=True, check=True).stdout.strip()[:100]
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
 
 
 class Runs:
@@ -70,7 +115,8 @@ class Runs:
             began = time.perf_counter()
             trained = train_run(written, work)
             self.data[key] = {"peak_bytes": trained.peak_bytes, "step_s": list(trained.step_s),
-                              "load": os.getloadavg()[0], "seconds": time.perf_counter() - began}
+                              "cpu_s": list(trained.cpu_s), "load": os.getloadavg()[0],
+                              "seconds": time.perf_counter() - began}
             shutil.rmtree(work, ignore_errors=True)
             self.path.write_text(json.dumps(self.data, indent=0))
         item = self.data[key]
@@ -88,6 +134,7 @@ def bench(config: Path, runs: Runs, repeats: int, log) -> dict:
     from mf_memopt.auto.choices import KEEP, Choice
     from mf_memopt.auto.measure import measure_plan
     from mf_memopt.auto.space import PlanSpace, cached_or_profiled
+    from mf_memopt.auto.timing import fastest
     from mf_memopt.auto.writer import Assignment
 
     space = PlanSpace(config)
@@ -104,8 +151,8 @@ def bench(config: Path, runs: Runs, repeats: int, log) -> dict:
         trained, load = runs.get(config, text, role, repeat)
         loads.append(load)
         samples.setdefault(name, []).append(trained)
-        log(f"  {config.stem}: {role} {repeat}: {name}: peak {trained.peak_bytes / MiB:.0f} MiB, median step "
-            f"{trained.median_s * 1e3:.0f} ms (load {load:.2f})")
+        log(f"  {config.stem}: {role} {repeat}: {name}: peak {trained.peak_bytes / MiB:.0f} MiB, step "
+            f"{trained.time_s * 1e3:.0f} ms (load {load:.2f})")
         return trained
 
     n = len(space.layers)
@@ -145,8 +192,8 @@ def bench(config: Path, runs: Runs, repeats: int, log) -> dict:
         log(f"  auto {budget / MiB:.0f} MiB: kept {picks[budget]}")
 
     # the contenders of each budget, trained again, interleaved
-    def median(name: str) -> float:
-        return statistics.median(step for run in samples[name] for step in run.step_s)
+    def median(name: str) -> float:       # the fastest of the plan's survey runs (the same number for every plan)
+        return fastest(samples[name][:repeats + 1])
 
     def peak(name: str) -> int:
         return max(run.peak_bytes for run in samples[name])
@@ -186,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state", type=Path, default=Path(tempfile.gettempdir()) / "mf_memopt_auto_bruteforce")
     parser.add_argument("--fresh", action="store_true", help="forget the runs kept in --state")
     parser.add_argument("--repeats", type=int, default=2, help="further runs of each budget's contenders")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"draw the configs from this seed (default "
+                                                                        f"{DEFAULT_SEED}; recorded ones: {sorted(SEEDS)})")
+    parser.add_argument("--configs", type=Path, nargs="+", help="benchmark these YAMLs instead of drawn ones")
     args = parser.parse_args(argv)
     os.environ.setdefault("GLOG_v", "3")
     if args.fresh and args.state.exists():
@@ -197,11 +247,26 @@ def main(argv: list[str] | None = None) -> int:
     def log(line: str) -> None:
         print(line, flush=True)
 
+    if args.configs:
+        configs = [path.resolve() for path in args.configs]
+        drawn = f"given by --configs: {', '.join(path.name for path in configs)}"
+        command = f"--configs {' '.join(str(path) for path in args.configs)}"
+    else:
+        folder = args.state / "configs"
+        folder.mkdir(exist_ok=True)
+        configs = []
+        for name, text in draw(args.seed).items():
+            (folder / f"{name}.yaml").write_text(text)
+            configs.append(folder / f"{name}.yaml")
+        drawn = (f"drawn from seed {args.seed} ({', '.join(path.stem for path in configs)}); "
+                 + (f"drawn after {SEEDS[args.seed]}" if args.seed in SEEDS else "a seed not recorded in SEEDS"))
+        command = f"--seed {args.seed}"
     log(f"uptime at start: {os.popen('uptime').read().strip()}")
-    results = [bench(config, runs, args.repeats, log) for config in CONFIGS]
+    results = [bench(config, runs, args.repeats, log) for config in configs]
     print()
-    print(f"command: python benchmarks/auto_bruteforce.py --repeats {args.repeats} (state {args.state})")
-    print(f"held-out configs: {DRAWN}")
+    print(f"command: python benchmarks/auto_bruteforce.py {command} --repeats {args.repeats} (state {args.state})")
+    print(f"configs: {drawn}")
+    print(f"the planner's last change (git log -1 -- mf_memopt/auto): {planner_change()}")
     verdicts = []
     for result in results:
         print(f"\n{result['config']}: {result['plans']} plans in the space, {result['trained']} trained; nothing "
