@@ -1,6 +1,6 @@
 """`auto --runtime cpu --measure` against brute force, on small held-out configs (issue 37).
 
-    python benchmarks/auto_bruteforce.py [--seed N | --configs YAML...] [--state DIR] [--fresh] [--repeats 2]
+    python benchmarks/auto_bruteforce.py [--seed N | --configs YAML...] [--state DIR] [--fresh] [--runs 3]
 
 The configs are drawn by `draw(seed)`: one Llama and one mcore Qwen3, 3 layers, float32, shapes drawn from ranges
 where recompute costs time on CPU (sequence 640-1280, at least four times the hidden size 64-192: the attention
@@ -14,13 +14,16 @@ For each config:
    process); the three budgets are a quarter, half and three quarters of the way between their measured pool peaks.
 2. Every plan the YAML's count forms express (`mf_memopt.auto.space`: one full-recompute count and one count per
    select cell; counts below the full count write the same layers, the only reduction) is estimated, and every
-   plan the estimate calls feasible at the highest budget is trained once: its pool peak and step time.
+   plan the estimate calls feasible at the highest budget is trained `--runs` times (default 3), in passes over
+   all of them (one run of every plan, then the second, ...): its pool peak and step time. Every plan compared has
+   the same number of runs, and its time is its fastest run's (`timing.fastest`: a run's lower quartile of wall
+   time per step after the warm-up): runs of one plan differ by up to 18% on this machine, steps within a run far
+   less.
 3. `auto` plans each budget as a user runs it: its step-time profile is measured (cached in the state directory),
-   then `--measure` (the peak rounds, then the plan and its 3 nearest rivals trained, interleaved). Its runs are
-   its own: none is counted below.
-4. The contenders of each budget (auto's plan, the 3 fastest plans of step 2 that held the budget, full recompute)
-   are trained `--repeats` more times, interleaved. Every plan compared has the same number of runs, and its time
-   is its fastest run's (`timing.fastest`: a run's lower quartile of wall time per step after the warm-up).
+   then `--measure` (the peak rounds, then the plan and its 3 nearest rivals trained twice, interleaved). Its runs
+   are its own: none is counted in the comparison.
+4. A plan auto chose that step 2 did not train (estimated infeasible at the highest budget) is trained `--runs`
+   times too.
 5. Printed per budget: auto's plan, its measured peak, its rank among the measured plans that hold the budget, its
    time over the fastest one's, and at the mid budget its time over full recompute's. The load average is recorded
    at every run and printed with the numbers.
@@ -129,7 +132,7 @@ def _digest(text: str) -> str:
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
-def bench(config: Path, runs: Runs, repeats: int, log) -> dict:
+def bench(config: Path, runs: Runs, passes: int, log) -> dict:
     from mf_memopt.auto import auto_plan
     from mf_memopt.auto.choices import KEEP, Choice
     from mf_memopt.auto.measure import measure_plan
@@ -164,9 +167,13 @@ def bench(config: Path, runs: Runs, repeats: int, log) -> dict:
     feasible = [item for item in candidates.values() if item.peak <= budgets[-1]]
     log(f"{config.name}: {len(candidates)} plans in the space, {len(feasible)} estimated feasible at the highest "
         f"budget {budgets[-1] / MiB:.0f} MiB")
-    for item in feasible:
-        if item.name not in samples:
-            train(item.name, text_of(item.choices), "survey", 0)
+    for repeat in range(passes):
+        for item in feasible:
+            if len(samples.get(item.name, ())) <= repeat:
+                train(item.name, text_of(item.choices), "survey", repeat)
+        for name, choice in ((full_name, Choice(full=True)), (none_name, KEEP)):
+            if len(samples[name]) <= repeat:
+                train(name, text_of((choice,) * n), "survey", repeat)
 
     # auto, as a user runs it: its own profile (cached in the state directory) and its own --measure runs
     os.environ["MF_MEMOPT_CACHE"] = str(runs.state / "cache")
@@ -191,39 +198,29 @@ def bench(config: Path, runs: Runs, repeats: int, log) -> dict:
         picks[budget] = space.candidate(chosen).name
         log(f"  auto {budget / MiB:.0f} MiB: kept {picks[budget]}")
 
-    # the contenders of each budget, trained again, interleaved
-    def median(name: str) -> float:       # the fastest of the plan's survey runs (the same number for every plan)
-        return fastest(samples[name][:repeats + 1])
+    for name in picks.values():      # auto's pick may be a plan the survey did not train (estimated infeasible)
+        for repeat in range(len(samples.get(name, ())), passes):
+            train(name, text_of(candidates[name].choices), "survey", repeat)
+
+    def time_of(name: str) -> float:      # the fastest of the plan's runs (the same number for every plan)
+        return fastest(samples[name][:passes])
 
     def peak(name: str) -> int:
-        return max(run.peak_bytes for run in samples[name])
-
-    contenders: list[str] = []
-    for budget in budgets:
-        holding = sorted((name for name in samples if peak(name) <= budget), key=median)
-        for name in [picks[budget], *holding[:CONTENDERS], full_name]:
-            if name not in contenders:
-                contenders.append(name)
-    for name in contenders:      # auto's pick may be a plan the survey did not train (estimated infeasible)
-        if name not in samples:
-            train(name, text_of(candidates[name].choices), "survey", 0)
-    for repeat in range(1, repeats + 1):
-        for name in contenders:
-            train(name, text_of(candidates[name].choices), "survey", repeat)
+        return max(run.peak_bytes for run in samples[name][:passes])
 
     rows = []
     for share, budget in zip(SHARES, budgets):
-        holding = sorted((name for name in samples if peak(name) <= budget), key=median)
+        holding = sorted((name for name in samples if peak(name) <= budget), key=time_of)
         pick = picks[budget]
         rank = holding.index(pick) + 1 if pick in holding else None
         rows.append({"budget_mib": budget / MiB, "share": share, "auto": pick, "auto_peak_mib": peak(pick) / MiB,
                      "holds": peak(pick) <= budget, "rank": rank, "of": len(holding),
-                     "fastest": holding[0] if holding else None, "auto_ms": median(pick) * 1e3,
-                     "fastest_ms": median(holding[0]) * 1e3 if holding else None,
-                     "vs_fastest": median(pick) / median(holding[0]) if holding else None,
-                     "vs_full": median(pick) / median(full_name)})
+                     "fastest": holding[0] if holding else None, "auto_ms": time_of(pick) * 1e3,
+                     "fastest_ms": time_of(holding[0]) * 1e3 if holding else None,
+                     "vs_fastest": time_of(pick) / time_of(holding[0]) if holding else None,
+                     "vs_full": time_of(pick) / time_of(full_name)})
     return {"config": config.name, "plans": len(candidates), "trained": len(samples), "rows": rows,
-            "full_ms": median(full_name) * 1e3, "none_ms": median(none_name) * 1e3,
+            "full_ms": time_of(full_name) * 1e3, "none_ms": time_of(none_name) * 1e3,
             "load_min": min(loads), "load_median": statistics.median(loads), "load_max": max(loads),
             "profile": times.added_s if times else None, "profile_source": times.source if times else None}
 
@@ -232,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--state", type=Path, default=Path(tempfile.gettempdir()) / "mf_memopt_auto_bruteforce")
     parser.add_argument("--fresh", action="store_true", help="forget the runs kept in --state")
-    parser.add_argument("--repeats", type=int, default=2, help="further runs of each budget's contenders")
+    parser.add_argument("--runs", type=int, default=3, help="runs of every plan compared (interleaved passes)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"draw the configs from this seed (default "
                                                                         f"{DEFAULT_SEED}; recorded ones: {sorted(SEEDS)})")
     parser.add_argument("--configs", type=Path, nargs="+", help="benchmark these YAMLs instead of drawn ones")
@@ -262,9 +259,9 @@ def main(argv: list[str] | None = None) -> int:
                  + (f"drawn after {SEEDS[args.seed]}" if args.seed in SEEDS else "a seed not recorded in SEEDS"))
         command = f"--seed {args.seed}"
     log(f"uptime at start: {os.popen('uptime').read().strip()}")
-    results = [bench(config, runs, args.repeats, log) for config in configs]
+    results = [bench(config, runs, args.runs, log) for config in configs]
     print()
-    print(f"command: python benchmarks/auto_bruteforce.py {command} --repeats {args.repeats} (state {args.state})")
+    print(f"command: python benchmarks/auto_bruteforce.py {command} --runs {args.runs} (state {args.state})")
     print(f"configs: {drawn}")
     print(f"the planner's last change (git log -1 -- mf_memopt/auto): {planner_change()}")
     verdicts = []
