@@ -183,3 +183,23 @@ def test_time_loop_keeps_the_fastest_plan_that_holds_the_budget(tmp_path):
     assert plans[winner][0] == "b" and order == ["b", "c", "a", "b", "c"]
     assert [item.times for item in timed] == [(1.2, 1.2), (1.1, 1.6), (0.9, 1.4)]      # a plan: its fastest run
     assert [item.time_s for item in timed] == [1.2, 1.1, 0.9]
+
+
+def test_the_brute_force_benchmark_draws_valid_configs_from_its_seed(tmp_path):
+    """benchmarks/auto_bruteforce.py draws its held-out configs from a seed alone: the same seed gives the same
+    YAMLs, another seed others; each is a valid 3-layer config of its family with no recompute written, and its
+    count-form space has the 30 plans of 3 layers and 2 cells."""
+    from benchmarks.auto_bruteforce import DEFAULT_SEED, SEEDS, draw
+    from mf_memopt.config.load import load_document
+
+    assert DEFAULT_SEED in SEEDS
+    drawn = draw(DEFAULT_SEED)
+    assert drawn == draw(DEFAULT_SEED) and drawn != draw(DEFAULT_SEED + 1)
+    assert [name.split("_")[0] for name in drawn] == ["llama", "qwen3"]
+    for name, text in drawn.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(text)
+        document = load_document(path)
+        assert document.plan is not None, (name, document.issues)
+        assert all(layer.full_recompute is None and not layer.select_recompute for layer in document.plan.layers)
+        assert len(PlanSpace(document).assignments()) == 30
