@@ -221,7 +221,7 @@ def monotone(added: dict[str, float], choices: dict[str, Choice]) -> dict[str, f
     """A recompute of more cells costs at least what each of its cells costs (both cells at least each one alone):
     noise can measure the larger one as cheaper, and it then takes the larger of its cells' times. Full recompute
     is not held to this: it runs as one recomputed segment per layer, and it measured faster than recomputing both
-    cells (5% on a 4-layer Llama without flash attention, each time)."""
+    cells (by 6% on a 4-layer Llama without flash attention, each plan's faster of two runs compared)."""
     def contains(big: Choice, small: Choice) -> bool:
         return big == small or (not big.full and not small.full and set(small.select) <= set(big.select))
 
