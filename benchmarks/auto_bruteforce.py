@@ -54,7 +54,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 # seed -> the planner commit it was drawn after (the benchmark's first run on it came after that commit)
-SEEDS = {20261126: "696e69e (the wall-clock lower quartile after the warm-up, 3 rivals); a3942f9 after it changed a docstring only"}
+SEEDS = {20261126: "696e69e (the wall-clock lower quartile after the warm-up, 3 rivals); a3942f9 after it changed "
+                   "a docstring only"}
 DEFAULT_SEED = 20261126
 SHARES = (0.25, 0.5, 0.75)
 CONTENDERS = 3
@@ -86,7 +87,8 @@ def draw(seed: int) -> dict[str, str]:
         data["train_dataset"]["batch_size"] = batch
         data["recompute_config"] = {"recompute": False, "select_recompute": False, "select_comm_recompute": False}
         name = f"{family}_{LAYERS}l_h{hidden}_s{seq}_b{batch}{'_flash' if flash else ''}"
-        drawn[name] = f"# drawn by benchmarks/auto_bruteforce.py --seed {seed}\n" + yaml.safe_dump(data, sort_keys=False)
+        drawn[name] = (f"# drawn by benchmarks/auto_bruteforce.py --seed {seed}\n"
+                       + yaml.safe_dump(data, sort_keys=False))
     return drawn
 
 
@@ -230,8 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state", type=Path, default=Path(tempfile.gettempdir()) / "mf_memopt_auto_bruteforce")
     parser.add_argument("--fresh", action="store_true", help="forget the runs kept in --state")
     parser.add_argument("--runs", type=int, default=3, help="runs of every plan compared (interleaved passes)")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"draw the configs from this seed (default "
-                                                                        f"{DEFAULT_SEED}; recorded ones: {sorted(SEEDS)})")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                        help=f"draw the configs from this seed (default {DEFAULT_SEED}; recorded: {sorted(SEEDS)})")
     parser.add_argument("--configs", type=Path, nargs="+", help="benchmark these YAMLs instead of drawn ones")
     args = parser.parse_args(argv)
     os.environ.setdefault("GLOG_v", "3")
