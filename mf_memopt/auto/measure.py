@@ -17,6 +17,7 @@ from pathlib import Path
 from ..config.load import Document
 from ..estimate.measure import measure_peak
 from .planner import AutoPlan
+from .timing import Trained, fastest, load_average, train_run
 
 ROUNDS = 3
 
@@ -71,12 +72,19 @@ def measure_rounds(plan_for: Callable[[int], AutoPlan], budget: int, output: Pat
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Timed:
-    """A plan trained for its step time: every run's pool peak and step time (`timing.Trained.time_s`)."""
+    """A plan trained for its step time: every run (`timing.Trained`)."""
 
     plan: AutoPlan
     name: str
-    peaks: tuple[int, ...]
-    times: tuple[float, ...]
+    runs: tuple[Trained, ...]
+
+    @property
+    def peaks(self) -> tuple[int, ...]:
+        return tuple(run.peak_bytes for run in self.runs)
+
+    @property
+    def times(self) -> tuple[float, ...]:
+        return tuple(run.time_s for run in self.runs)
 
     @property
     def peak(self) -> int:
@@ -85,19 +93,17 @@ class Timed:
     @property
     def time_s(self) -> float:
         """The fastest run's step time (`timing.fastest`)."""
-        return min(self.times)
+        return fastest(self.runs)
 
 
 def measure_time(plans: list[tuple[str, AutoPlan]], budget: int, work: Path, report: Callable[[str], None],
-                 runs: int = 2, train=None, first: dict[int, object] | None = None) -> tuple[int, list[Timed]]:
+                 runs: int = 2, train=None, first: dict[int, Trained] | None = None) -> tuple[int, list[Timed]]:
     """Train each plan `runs` times, the plans interleaved (run 1 of every plan, then run 2, ...); a plan's time is
     its fastest run's (`timing.fastest`). Returns the index of the fastest plan whose measured pool peak holds the
     budget (else the one with the lowest peak) and every plan's measurement. `first[i]`, when given, is plan i's
     first run already made (the peak rounds trained it)."""
-    from .timing import train_run
-
     train = train or train_run
-    done: list[list] = [[first[index]] if first and index in first else [] for index in range(len(plans))]
+    done: list[list[Trained]] = [[first[index]] if first and index in first else [] for index in range(len(plans))]
     for repeat in range(runs):
         for index, (name, plan) in enumerate(plans):
             if len(done[index]) > repeat:
@@ -108,9 +114,7 @@ def measure_time(plans: list[tuple[str, AutoPlan]], budget: int, work: Path, rep
             trained = done[index][-1]
             report(f"time: {name}: pool peak {trained.peak_bytes / 2**20:.0f} MiB, step "
                    f"{trained.time_s * 1e3:.0f} ms (run {repeat + 1}/{runs})")
-    timed = [Timed(plan=plan, name=name, peaks=tuple(item.peak_bytes for item in done[index]),
-                   times=tuple(item.time_s for item in done[index]))
-             for index, (name, plan) in enumerate(plans)]
+    timed = [Timed(plan=plan, name=name, runs=tuple(done[index])) for index, (name, plan) in enumerate(plans)]
     holding = [index for index, item in enumerate(timed) if item.peak <= budget]
     if holding:
         return min(holding, key=lambda index: (timed[index].time_s, index)), timed
@@ -125,7 +129,6 @@ def measure_plan(config: str | Path | Document, plan_for: Callable[[int], AutoPl
     prices them) trained `runs` times each, interleaved; the fastest that holds the budget is kept. `train(config,
     work)` returns a `timing.Trained` (default: the launcher, `timing.STEPS` steps)."""
     from .space import PlanSpace
-    from .timing import load_average, train_run
 
     train = train or train_run
     trained: dict[str, object] = {}
