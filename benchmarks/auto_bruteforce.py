@@ -4,7 +4,7 @@
 
 The configs are drawn by `draw(seed)`: one Llama and one mcore Qwen3, 3 layers, float32, shapes drawn from ranges
 where recompute costs time on CPU (sequence 640-1280, at least four times the hidden size 64-192: the attention
-scores dominate, so full recompute costs 15-30% of a step and a plan can be 10% faster than it), flash attention
+scores dominate: full recompute cost +30% and +37% of a step on seed 20261126's pair), flash attention
 drawn on or off, batch 1 or 2. `SEEDS` records, for each seed, the planner commit it was drawn after; the
 benchmark prints it and `git log`'s last change to the planner (`mf_memopt/auto`), so a reader sees whether the
 configs were drawn after it.
@@ -17,8 +17,8 @@ For each config:
    plan the estimate calls feasible at the highest budget is trained `--runs` times (default 3), in passes over
    all of them (one run of every plan, then the second, ...): its pool peak and step time. Every plan compared has
    the same number of runs, and its time is its fastest run's (`timing.fastest`: a run's lower quartile of wall
-   time per step after the warm-up): runs of one plan differ by up to 18% on this machine, steps within a run far
-   less.
+   time per step after the warm-up): runs of one plan differ by up to 37% on this machine, steps within a run
+   far less.
 3. `auto` plans each budget as a user runs it: its step-time profile is measured (cached in the state directory),
    then `--measure` (the peak rounds, then the plan and its 3 nearest rivals trained twice, interleaved). Its runs
    are its own: none is counted in the comparison.
@@ -58,7 +58,6 @@ SEEDS = {20261126: "696e69e (the wall-clock lower quartile after the warm-up, 3 
                    "a docstring only"}
 DEFAULT_SEED = 20261126
 SHARES = (0.25, 0.5, 0.75)
-CONTENDERS = 3
 LAYERS = 3
 MiB = 2**20
 

@@ -2,8 +2,9 @@
 
 It runs the project's launcher unchanged (`mf_memopt.runtime.launch.main`), and wraps its step callback so that
 each step also prints `mf_memopt stepclock: step N wall_ms W cpu_ms C`: the wall time, and the CPU time the whole
-process (every thread) spent in the step. On a shared machine other jobs stretch the wall time of a step; its CPU
-time moves far less, so `auto`'s time profile and `--measure` compare plans by CPU time.
+process (every thread) spent in the step. `auto`'s time profile and `--measure` compare plans by the wall time
+(`timing.Trained.time_s`); the CPU time is kept for the record only, as MindSpore's spinning threads make it about
+twice the wall time and unsteady between runs.
 """
 
 from __future__ import annotations
