@@ -1,6 +1,6 @@
 """`auto --runtime cpu --measure` against brute force, on small held-out configs (issue 37).
 
-    python benchmarks/auto_bruteforce.py [--seed N | --configs YAML...] [--state DIR] [--fresh] [--runs 3]
+    python benchmarks/auto_bruteforce.py [--seed N | --configs YAML...] [--state DIR] [--fresh] [--runs 2]
 
 The configs are drawn by `draw(seed)`: one Llama and one mcore Qwen3, 3 layers, float32, shapes drawn from ranges
 where recompute costs time on CPU (sequence 640-1280, at least four times the hidden size 64-192: the attention
@@ -101,30 +101,57 @@ def planner_change() -> str:
 
 
 class Runs:
-    """Training runs kept on disk by (config, plan sections, role, repeat): resumable."""
+    """Measurements kept on disk (resumable): pool peaks by (config, plan sections), races by (config, pass), auto's
+    picks by (config, budget)."""
 
     def __init__(self, state: Path):
         self.state = state
         self.path = state / "runs.json"
         self.data = json.loads(self.path.read_text()) if self.path.is_file() else {}
 
-    def get(self, config: Path, text: str, role: str, repeat: int):
-        from mf_memopt.auto.timing import Trained, train_run
-
-        key = f"{config.stem}|{role}|{repeat}|{_digest(text)}"
+    def _kept(self, key: str, measure):
         if key not in self.data:
-            work = Path(tempfile.mkdtemp(prefix="run_", dir=self.state))
-            written = work / "config.yaml"
-            written.write_text(text)
             began = time.perf_counter()
-            trained = train_run(written, work)
-            self.data[key] = {"peak_bytes": trained.peak_bytes, "step_s": list(trained.step_s),
-                              "cpu_s": list(trained.cpu_s), "load": os.getloadavg()[0],
-                              "seconds": time.perf_counter() - began}
-            shutil.rmtree(work, ignore_errors=True)
+            self.data[key] = {**measure(), "load": os.getloadavg()[0], "seconds": time.perf_counter() - began}
             self.path.write_text(json.dumps(self.data, indent=0))
-        item = self.data[key]
-        return Trained(peak_bytes=item["peak_bytes"], step_s=tuple(item["step_s"])), item["load"]
+        return self.data[key]
+
+    def peak(self, config: Path, text: str) -> tuple[int, float]:
+        """The plan's pool peak (the launcher, one step, its own process) and the load average after it."""
+        from mf_memopt.auto.measure import train_peak
+
+        def measure():
+            work = Path(tempfile.mkdtemp(prefix="peak_", dir=self.state))
+            (work / "config.yaml").write_text(text)
+            try:
+                return {"peak_bytes": train_peak((work / "config.yaml").resolve(), work / "run")}
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+
+        item = self._kept(f"{config.stem}|peak|{_digest(text)}", measure)
+        return item["peak_bytes"], item["load"]
+
+    def race(self, config: Path, texts: dict[str, str], repeat: int) -> tuple[dict[str, list[float]], float]:
+        """Race pass `repeat` of the plans (name -> YAML text) in one process: each plan's timed step seconds."""
+        from mf_memopt.auto.race import race
+
+        def measure():
+            work = Path(tempfile.mkdtemp(prefix="race_", dir=self.state))
+            paths = []
+            for index, text in enumerate(texts.values()):
+                paths.append((work / f"plan{index}.yaml").resolve())
+                paths[-1].write_text(text)
+            try:
+                return {"step_s": dict(zip(texts, map(list, race(paths, work / "run"))))}
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+
+        item = self._kept(f"{config.stem}|race|{repeat}|{_digest(''.join(sorted(map(_digest, texts.values()))))}",
+                          measure)
+        return item["step_s"], item["load"]
+
+    def pick(self, config: Path, budget: int, choose) -> str:
+        return self._kept(f"{config.stem}|auto|{budget}", lambda: {"pick": choose()})["pick"]
 
 
 def _digest(text: str) -> str:
@@ -137,8 +164,8 @@ def bench(config: Path, runs: Runs, passes: int, log) -> dict:
     from mf_memopt.auto import auto_plan
     from mf_memopt.auto.choices import KEEP, Choice
     from mf_memopt.auto.measure import measure_plan
+    from mf_memopt.auto.race import lower_quartile
     from mf_memopt.auto.space import PlanSpace, cached_or_profiled
-    from mf_memopt.auto.timing import fastest
     from mf_memopt.auto.writer import Assignment
 
     space = PlanSpace(config)
@@ -148,79 +175,70 @@ def bench(config: Path, runs: Runs, passes: int, log) -> dict:
         return context.text_of(Assignment(choices=dict(zip(space.layers, choices)), prefetch={}))
 
     candidates = {item.name: item for item in space.candidates()}
-    samples: dict[str, list] = {}
+    peaks: dict[str, int] = {}
     loads: list[float] = []
 
-    def train(name: str, text: str, role: str, repeat: int):
-        trained, load = runs.get(config, text, role, repeat)
+    def peak(name: str, text: str) -> int:
+        peaks[name], load = runs.peak(config, text)
         loads.append(load)
-        samples.setdefault(name, []).append(trained)
-        log(f"  {config.stem}: {role} {repeat}: {name}: peak {trained.peak_bytes / MiB:.0f} MiB, step "
-            f"{trained.time_s * 1e3:.0f} ms (load {load:.2f})")
-        return trained
+        log(f"  {config.stem}: peak: {name}: {peaks[name] / MiB:.0f} MiB (load {load:.2f})")
+        return peaks[name]
 
     n = len(space.layers)
     full_name = space.candidate((Choice(full=True),) * n).name
     none_name = space.candidate((KEEP,) * n).name
-    full = train(full_name, text_of((Choice(full=True),) * n), "survey", 0)
-    none = train(none_name, text_of((KEEP,) * n), "survey", 0)
-    budgets = [int((full.peak_bytes + share * (none.peak_bytes - full.peak_bytes)) // MiB * MiB) for share in SHARES]
-    feasible = [item for item in candidates.values() if item.peak <= budgets[-1]]
-    log(f"{config.name}: {len(candidates)} plans in the space, {len(feasible)} estimated feasible at the highest "
-        f"budget {budgets[-1] / MiB:.0f} MiB")
-    for repeat in range(passes):
-        for item in feasible:
-            if len(samples.get(item.name, ())) <= repeat:
-                train(item.name, text_of(item.choices), "survey", repeat)
-        for name, choice in ((full_name, Choice(full=True)), (none_name, KEEP)):
-            if len(samples[name]) <= repeat:
-                train(name, text_of((choice,) * n), "survey", repeat)
+    full, none = peak(full_name, text_of((Choice(full=True),) * n)), peak(none_name, text_of((KEEP,) * n))
+    budgets = [int((full + share * (none - full)) // MiB * MiB) for share in SHARES]
 
     # auto, as a user runs it: its own profile (cached in the state directory) and its own --measure runs
     os.environ["MF_MEMOPT_CACHE"] = str(runs.state / "cache")
     times = cached_or_profiled(config, measure=True, report=log)
     picks = {}
     for budget in budgets:
-        def plan_for(target: int):
-            return auto_plan(config, budget=target, runtime="cpu", margin=0.0, times=times)
+        def choose(budget=budget) -> str:
+            def plan_for(target: int):
+                return auto_plan(config, budget=target, runtime="cpu", margin=0.0, times=times)
 
-        seen: dict[str, int] = {}
-
-        def own(path: Path, work: Path, seen=seen):
-            # auto's n-th run of a plan in this budget's --measure is its n-th run: a plan auto trains again
-            # at another budget re-uses those runs, as the same command on the same machine would measure them
-            text = path.read_text()
-            seen[_digest(text)] = repeat = seen.get(_digest(text), -1) + 1
-            return runs.get(config, text, "auto", repeat)[0]
-
-        _, plan, timed = measure_plan(config, plan_for, budget, times, train=own,
+            _, plan, _ = measure_plan(config, plan_for, budget, times,
                                       report=lambda line: log(f"  auto {budget / MiB:.0f} MiB: {line}"))
-        chosen = tuple(option.choice for stage in plan.stages for option in stage.options)
-        picks[budget] = space.candidate(chosen).name
+            return space.candidate(tuple(option.choice for stage in plan.stages for option in stage.options)).name
+
+        picks[budget] = runs.pick(config, budget, choose)
         log(f"  auto {budget / MiB:.0f} MiB: kept {picks[budget]}")
 
-    for name in picks.values():      # auto's pick may be a plan the survey did not train (estimated infeasible)
-        for repeat in range(len(samples.get(name, ())), passes):
-            train(name, text_of(candidates[name].choices), "survey", repeat)
+    # the referee: every plan estimated feasible at the highest budget (auto's picks, nothing and full recompute
+    # too), each one's peak alone, then `passes` races of them all in one process
+    names = sorted({item.name for item in candidates.values() if item.peak <= budgets[-1]}
+                   | set(picks.values()) | {full_name, none_name})
+    log(f"{config.name}: {len(candidates)} plans in the space, {len(names)} estimated feasible at the highest budget "
+        f"{budgets[-1] / MiB:.0f} MiB (with auto's picks and the references): each one's peak, then {passes} races")
+    texts = {name: text_of(candidates[name].choices) for name in names}
+    for name in names:
+        peak(name, texts[name])
+    raced: dict[str, list[float]] = {name: [] for name in names}
+    for repeat in range(passes):
+        steps, load = runs.race(config, texts, repeat)
+        loads.append(load)
+        for name in names:
+            raced[name].append(lower_quartile(steps[name]))
+        log(f"  {config.stem}: race {repeat + 1}/{passes} (load {load:.2f}): "
+            + ", ".join(f"{name} {raced[name][-1] * 1e3:.0f}" for name in names))
 
-    def time_of(name: str) -> float:      # the fastest of the plan's runs (the same number for every plan)
-        return fastest(samples[name][:passes])
-
-    def peak(name: str) -> int:
-        return max(run.peak_bytes for run in samples[name][:passes])
+    def time_of(name: str) -> float:      # the median over the races (the same races for every plan)
+        return statistics.median(raced[name])
 
     rows = []
     for share, budget in zip(SHARES, budgets):
-        holding = sorted((name for name in samples if peak(name) <= budget), key=time_of)
+        holding = sorted((name for name in names if peaks[name] <= budget), key=time_of)
         pick = picks[budget]
         rank = holding.index(pick) + 1 if pick in holding else None
-        rows.append({"budget_mib": budget / MiB, "share": share, "auto": pick, "auto_peak_mib": peak(pick) / MiB,
-                     "holds": peak(pick) <= budget, "rank": rank, "of": len(holding),
+        rows.append({"budget_mib": budget / MiB, "share": share, "auto": pick, "auto_peak_mib": peaks[pick] / MiB,
+                     "holds": peaks[pick] <= budget, "rank": rank, "of": len(holding),
                      "fastest": holding[0] if holding else None, "auto_ms": time_of(pick) * 1e3,
                      "fastest_ms": time_of(holding[0]) * 1e3 if holding else None,
                      "vs_fastest": time_of(pick) / time_of(holding[0]) if holding else None,
                      "vs_full": time_of(pick) / time_of(full_name)})
-    return {"config": config.name, "plans": len(candidates), "trained": len(samples), "rows": rows,
+    return {"config": config.name, "plans": len(candidates), "trained": len(names), "rows": rows,
             "full_ms": time_of(full_name) * 1e3, "none_ms": time_of(none_name) * 1e3,
             "load_min": min(loads), "load_median": statistics.median(loads), "load_max": max(loads),
             "profile": times.added_s if times else None, "profile_source": times.source if times else None}
@@ -230,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--state", type=Path, default=Path(tempfile.gettempdir()) / "mf_memopt_auto_bruteforce")
     parser.add_argument("--fresh", action="store_true", help="forget the runs kept in --state")
-    parser.add_argument("--runs", type=int, default=3, help="runs of every plan compared (interleaved passes)")
+    parser.add_argument("--runs", type=int, default=2, help="races of every plan compared, each in one process")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED,
                         help=f"draw the configs from this seed (default {DEFAULT_SEED}; recorded: {sorted(SEEDS)})")
     parser.add_argument("--configs", type=Path, nargs="+", help="benchmark these YAMLs instead of drawn ones")

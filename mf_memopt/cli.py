@@ -116,14 +116,15 @@ def _auto_parser(commands) -> None:
                            "plan again for its predicted peak minus the excess (at most 3 rounds)")
     auto.add_argument("--profile", action="store_true",
                       help="cpu: price recompute by a measured step-time profile of this model shape (each choice "
-                           "trained on every layer; cached); --measure implies it. Without it a cached profile is "
-                           "used, else the FLOP model")
-    auto.add_argument("--timing-runs", type=_positive_int, default=2, metavar="N",
-                      help="cpu: runs of each choice in a new time profile, and of each plan in --measure's time "
-                           "loop, interleaved (default 2; more on a noisy machine)")
+                           "given to every layer, raced in one process; cached); --measure implies it. Without it a "
+                           "cached profile is used, else the FLOP model")
+    auto.add_argument("--timing-runs", type=_positive_int, default=1, metavar="N",
+                      help="cpu: races of the choices in a new time profile, and of the plans in --measure's time "
+                           "loop; a time is the median over them (default 1)")
     auto.add_argument("--rivals", type=int, default=3, metavar="N",
-                      help="with --measure: also train the N next-fastest plans the estimate calls feasible and keep "
-                           "the fastest that holds the budget (default 3; 0 keeps the search's plan)")
+                      help="with --measure: also measure the peaks of the N next-fastest plans the estimate calls "
+                           "feasible, race those holding the budget against the plan in one process, and keep the "
+                           "fastest (default 3; 0 keeps the search's plan)")
     auto.set_defaults(run=_auto)
 def _compare_parser(commands) -> None:
     from .compare import DEFAULT_TOLERANCE
@@ -350,8 +351,8 @@ def _auto(args: argparse.Namespace) -> int:
             data["measure"] = [{"round": item.number, "planned_for_bytes": item.planned_for,
                                 "predicted_peak_bytes": item.predicted, "measured_peak_bytes": item.measured}
                                for item in rounds]
-            data["timed"] = [{"plan": item.name, "peaks_bytes": list(item.peaks), "step_seconds": item.time_s,
-                              "run_step_seconds": list(item.times), "kept": item.plan is result} for item in timed]
+            data["timed"] = [{"plan": item.name, "peak_bytes": item.peak, "step_seconds": item.time_s,
+                              "race_step_seconds": list(item.times), "kept": item.plan is result} for item in timed]
         print(json.dumps(data, indent=2))
     else:
         print(auto_text(result))
@@ -364,7 +365,7 @@ def _auto(args: argparse.Namespace) -> int:
                   f"{human(last.measured)} in the memory pool, {verdict} the {human(budget)} budget")
             for item in timed:
                 print(f"{'kept' if item.plan is result else 'rival'}: {item.name}: pool peak {human(item.peak)}, "
-                      f"step {item.time_s * 1e3:.0f} ms (fastest of {len(item.times)} run(s))")
+                      f"step {item.time_s * 1e3:.0f} ms (median of {len(item.times)} race(s))")
         print(f"written to {output}" if output else "(no --output: the YAML was not written)")
     if args.measure and not timed and rounds[-1].measured > budget:
         print(f"auto: still over the budget after {len(rounds)} rounds", file=sys.stderr)
@@ -373,7 +374,7 @@ def _auto(args: argparse.Namespace) -> int:
 
 
 def _measure(args: argparse.Namespace, document, plan_for, budget: int, output, times):
-    """--measure: the peak rounds, then the time loop (the plan and its nearest rivals trained, interleaved)."""
+    """--measure: the peak rounds, then the time loop (the plan and its nearest rivals raced in one process)."""
     from .auto.measure import measure_plan
 
     rounds, plan, timed = measure_plan(document, plan_for, budget, times, rivals=args.rivals,

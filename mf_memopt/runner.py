@@ -28,7 +28,7 @@ from .estimate.pool_log import ALLOCATION_LOG_LEVELS, CPU_PEAK
 from .runtime.data import DATASET_DIR, GENERATED
 
 __all__ = ["ASCEND_PEAK", "CPU_PEAK", "ChildFailed", "ChildRun", "compile_graph", "compile_ranks", "msrun_command",
-           "train"]
+           "race_child", "train"]
 
 ASCEND_PEAK = re.compile(r"[Aa]ctual peak memory usage[^0-9]*([0-9.]+)\s*M")
 LAUNCHER = Path(__file__).resolve().parents[1] / "run_mindformer_memopt.py"
@@ -88,6 +88,22 @@ def train(config: Path, *, steps: int, work: Path, runtime: str = "cpu", dataset
     found = pattern.findall(log)
     return ChildRun(config=config, log=log, peak_bytes=round(float(found[-1]) * 2**20) if found else None,
                     peak_source=pattern.pattern)
+
+
+def race_child(configs: Sequence[Path], *, work: Path, steps: int, timeout: float | None = 3600) -> ChildRun:
+    """Race `configs` in one child running in `work` (`python -m mf_memopt.auto.race`: `steps` steps of each plan
+    in turn, each step's wall time printed); MindSpore's pool report is off, as the pool holds every plan."""
+    command = [sys.executable, "-m", "mf_memopt.auto.race", "--work", str(work), "--steps", str(steps),
+               *map(str, configs)]
+    try:
+        done = run_owned(command, cwd=work, timeout=timeout, env={**child_environment("cpu", work), "GLOG_v": "3"})
+    except subprocess.TimeoutExpired as error:
+        raise ChildFailed(f"racing {len(configs)} plans did not finish within {timeout:.0f} s") from error
+    log = done.stdout or ""
+    if done.returncode != 0:
+        raise ChildFailed(f"racing {', '.join(path.name for path in configs)} failed (exit {done.returncode}): "
+                          f"{failure_summary(log)}")
+    return ChildRun(config=configs[0], log=log)
 
 
 def compile_graph(config: Path, *, report: Path, env: Mapping[str, str], timeout: float | None = None) -> ChildRun:

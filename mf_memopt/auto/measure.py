@@ -1,14 +1,18 @@
-"""`auto --measure` (CPU): train one step of the plan, read the memory-pool peak, tighten and plan again.
+"""`auto --measure` (CPU): train one step of the plan, read the memory-pool peak, tighten and plan again; then
+race the plan against its nearest rivals and keep the fastest that holds the budget.
 
 The launcher runs in a child process (`run_mindformer_memopt.py --run_mode train
 --train_steps 1`) with MindSpore's pool report on (`GLOG_v=2`,
 `MS_SUBMODULE_LOG_v={PRE_ACT:1}`), so the peak printed at exit belongs to that plan alone.
 When the measured peak is over the budget, the next round plans for the previous plan's
 predicted peak (at most its target) minus the measured excess; at most `ROUNDS` rounds.
+The time loop measures each rival's peak the same way, and races the plans that hold the budget in one process
+(`race.py`): their step times are compared within a race, where a slow stretch of the machine slows them alike.
 """
 
 from __future__ import annotations
 
+import statistics
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,8 +20,9 @@ from pathlib import Path
 
 from ..config.load import Document
 from ..estimate.measure import measure_peak
+from . import race as racing
 from .planner import AutoPlan
-from .timing import Trained, fastest, load_average, train_run
+from .timing import load_average
 
 ROUNDS = 3
 
@@ -43,6 +48,7 @@ def train_peak(config: Path, work: Path) -> int:
     """Train one step of `config` with the launcher in a child process; the pool peak in bytes.
 
     A failed run raises MeasureError with the child's own error line."""
+    work.mkdir(parents=True, exist_ok=True)
     return measure_peak(config, runtime="cpu", steps=1, workdir=work).peak_bytes
 
 
@@ -72,72 +78,61 @@ def measure_rounds(plan_for: Callable[[int], AutoPlan], budget: int, output: Pat
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Timed:
-    """A plan trained for its step time: every run (`timing.Trained`)."""
+    """A plan of the time loop: its pool peak (a run of it alone) and its step time in each race."""
 
     plan: AutoPlan
     name: str
-    runs: tuple[Trained, ...]
-
-    @property
-    def peaks(self) -> tuple[int, ...]:
-        return tuple(run.peak_bytes for run in self.runs)
-
-    @property
-    def times(self) -> tuple[float, ...]:
-        return tuple(run.time_s for run in self.runs)
-
-    @property
-    def peak(self) -> int:
-        return max(self.peaks)
+    peak: int
+    times: tuple[float, ...]            # each race's lower quartile of the plan's timed steps (seconds)
 
     @property
     def time_s(self) -> float:
-        """The fastest run's step time (`timing.fastest`)."""
-        return fastest(self.runs)
+        """The plan's step time: the median over the races."""
+        return statistics.median(self.times)
 
 
 def measure_time(plans: list[tuple[str, AutoPlan]], budget: int, work: Path, report: Callable[[str], None],
-                 runs: int = 2, train=None, first: dict[int, Trained] | None = None) -> tuple[int, list[Timed]]:
-    """Train each plan `runs` times, the plans interleaved (run 1 of every plan, then run 2, ...); a plan's time is
-    its fastest run's (`timing.fastest`). Returns the index of the fastest plan whose measured pool peak holds the
-    budget (else the one with the lowest peak) and every plan's measurement. `first[i]`, when given, is plan i's
-    first run already made (the peak rounds trained it)."""
-    train = train or train_run
-    done: list[list[Trained]] = [[first[index]] if first and index in first else [] for index in range(len(plans))]
+                 runs: int = 1, peak=None, race=None, known: dict[int, int] | None = None) -> tuple[int, list[Timed]]:
+    """Measure each plan's pool peak (`peak(config, work)`, bytes; `known[i]` is plan i's when already measured),
+    then race the plans that hold the budget `runs` times (`race(configs, work)`: each one's timed step seconds).
+    Returns the index of the fastest plan that holds the budget (plan 0, which holds it, when no other does) and
+    the raced plans' measurements."""
+    peak, race = peak or train_peak, race or racing.race
+    peaks = dict(known or {})
+    configs = []
+    for index, (name, plan) in enumerate(plans):
+        configs.append((work / f"plan{index}.yaml").resolve())
+        configs[-1].write_text(plan.text, encoding="utf-8")
+        if index not in peaks:
+            peaks[index] = peak(configs[-1], work / f"peak{index}")
+            report(f"time: {name}: pool peak {peaks[index] / 2**20:.0f} MiB"
+                   + ("" if peaks[index] <= budget else ": over the budget, not raced"))
+    holding = [index for index in range(len(plans)) if peaks[index] <= budget]
+    times: dict[int, list[float]] = {index: [] for index in holding}
     for repeat in range(runs):
-        for index, (name, plan) in enumerate(plans):
-            if len(done[index]) > repeat:
-                continue
-            config = work / f"time{index}_{repeat}.yaml"
-            config.write_text(plan.text, encoding="utf-8")
-            done[index].append(train(config.resolve(), work / f"time{index}_{repeat}"))
-            trained = done[index][-1]
-            report(f"time: {name}: pool peak {trained.peak_bytes / 2**20:.0f} MiB, step "
-                   f"{trained.time_s * 1e3:.0f} ms (run {repeat + 1}/{runs})")
-    timed = [Timed(plan=plan, name=name, runs=tuple(done[index])) for index, (name, plan) in enumerate(plans)]
-    holding = [index for index, item in enumerate(timed) if item.peak <= budget]
-    if holding:
-        return min(holding, key=lambda index: (timed[index].time_s, index)), timed
-    return min(range(len(timed)), key=lambda index: timed[index].peak), timed
+        timed = race([configs[index] for index in holding], work / f"race{repeat}")
+        for index, seconds in zip(holding, timed):
+            times[index].append(racing.lower_quartile(seconds))
+        report(f"time: race {repeat + 1}/{runs}: " + ", ".join(f"{plans[index][0]} {times[index][-1] * 1e3:.0f} ms"
+                                                               for index in holding))
+    raced = {index: Timed(plan=plans[index][1], name=plans[index][0], peak=peaks[index], times=tuple(times[index]))
+             for index in holding}
+    winner = min(holding, key=lambda index: (raced[index].time_s, index)) if holding else 0
+    return winner, list(raced.values())
 
 
 def measure_plan(config: str | Path | Document, plan_for: Callable[[int], AutoPlan], budget: int, times, *,
-                 rivals: int = 3, runs: int = 2, train=None, report: Callable[[str], None] = lambda line: None
+                 rivals: int = 3, runs: int = 1, peak=None, race=None, report: Callable[[str], None] = lambda line: None
                  ) -> tuple[list[Round], AutoPlan, list[Timed]]:
-    """`auto --measure`: the peak rounds (`measure_rounds`), then, when the plan holds the budget, the time loop:
-    the plan and its `rivals` next-fastest plans whose estimate fits (`space.PlanSpace`, priced as the search
-    prices them) trained `runs` times each, interleaved; the fastest that holds the budget is kept. `train(config,
-    work)` returns a `timing.Trained` (default: the launcher, `timing.STEPS` steps)."""
+    """`auto --measure`: the peak rounds (`measure_rounds`), then, when the plan holds the budget, the time loop
+    (`measure_time`): the plan and its `rivals` next-fastest plans whose estimate fits (`space.PlanSpace`, priced as
+    the search prices them), each one's peak measured and those holding the budget raced `runs` times; the fastest
+    is kept. `peak(config, work)` gives a plan's pool peak (default: the launcher, one step), `race(configs, work)`
+    each plan's timed step seconds (default: `race.race`)."""
     from .space import PlanSpace
 
-    train = train or train_run
-    trained: dict[str, object] = {}
-
-    def peak_of(path: Path, work: Path) -> int:
-        trained[path.read_text(encoding="utf-8")] = run = train(path, work)
-        return run.peak_bytes
-
-    rounds = measure_rounds(plan_for, budget, None, report=report, train=peak_of)
+    peak = peak or train_peak
+    rounds = measure_rounds(plan_for, budget, None, report=report, train=peak)
     plan = rounds[-1].plan
     if rounds[-1].measured > budget or rivals <= 0 or plan.empty:     # nothing recomputed: nothing is faster
         return rounds, plan, []
@@ -146,12 +141,13 @@ def measure_plan(config: str | Path | Document, plan_for: Callable[[int], AutoPl
     others = [item for item in space.ranked(plan.target) if item.choices != mine][:rivals]
     plans = [("auto's plan: " + _stages_text(plan), plan)] + [(item.name, space.auto_plan_of(plan, item))
                                                               for item in others]
-    report(f"time: training the plan and {len(others)} rival(s), interleaved ({load_average()})")
+    report(f"time: the plan and {len(others)} rival(s): each one's peak, then a race of those holding the budget "
+           f"({load_average()})")
     with tempfile.TemporaryDirectory(prefix="mf_memopt_auto_time_") as tmp:
-        first = {0: trained[plan.text]} if plan.text in trained else {}
-        winner, timed = measure_time(plans, budget, Path(tmp), report, runs=runs, train=train, first=first)
-    report(f"time: kept {timed[winner].name} ({load_average()})")
-    return rounds, timed[winner].plan, timed
+        winner, timed = measure_time(plans, budget, Path(tmp), report, runs=runs, peak=peak, race=race,
+                                     known={0: rounds[-1].measured})
+    report(f"time: kept {plans[winner][0]} ({load_average()})")
+    return rounds, plans[winner][1], timed
 
 
 def _stages_text(plan: AutoPlan) -> str:

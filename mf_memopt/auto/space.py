@@ -122,19 +122,20 @@ class PlanSpace:
 
 
 def profile_config(config: str | Path | Document, *, runs: int | None = None, report=lambda line: None,
-                   train=None) -> TimeTable:
-    """Measure the config's step-time profile (`timing.profile`: every layer given each choice in turn)."""
+                   race=None) -> TimeTable:
+    """Measure the config's step-time profile (`timing.profile`: every layer given each choice, raced)."""
     from . import timing
 
     space = PlanSpace(config, runtime="cpu")
     context = space.context
     return timing.profile(context.source, len(space.layers), lambda choice: context.text_of(context.uniform(choice)),
-                          space.offered, runs=runs or timing.RUNS, report=report, train=train or timing.train_run)
+                          space.offered, runs=runs or timing.RUNS, report=report,
+                          **({"race": race} if race is not None else {}))
 
 
 def cached_or_profiled(config: str | Path | Document, *, measure: bool, runs: int | None = None,
                        report=lambda line: None, directory: Path | None = None) -> TimeTable | None:
-    """The cached profile of this model shape; else, with `measure`, a new one of `runs` runs per choice (cached);
+    """The cached profile of this model shape; else, with `measure`, a new one of `runs` races (cached);
     else None."""
     from . import timing
 

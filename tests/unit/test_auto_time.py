@@ -13,8 +13,9 @@ from mf_memopt.auto import auto_plan
 from mf_memopt.auto.choices import KEEP, Choice
 from mf_memopt.auto.measure import measure_time
 from mf_memopt.auto.space import PlanSpace, stage_assignments
-from mf_memopt.auto.timing import (STEP_LINE, STEPS, WARMUP, TimeTable, Trained, _step_times, fastest, load_table,
-                                   monotone, profile, save_table, shape_key)
+from mf_memopt.auto.race import STEPS, WARMUP, lower_quartile, step_times
+from mf_memopt.auto.timing import TimeTable, load_table, monotone, profile, save_table, shape_key
+from mf_memopt.estimate.measure import MeasureError
 from mf_memopt.config.source import load_source
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,33 +51,33 @@ def test_stage_assignments_are_every_distinct_count_plan():
     assert all(choice in {KEEP, FULL, ATTENTION, MLP, BOTH} for plan in two for choice in plan)
 
 
-def test_profile_measures_each_choice_against_keep():
-    """Each choice's added time per layer is (its fastest run's step time - keep's) / layers, never negative; a
-    run's step time is the lower quartile of its timed steps; the runs are interleaved over the choices."""
-    order = []
+def test_profile_races_every_choice_against_keep():
+    """Every choice is raced in one process; its added time per layer is the median over the races of (its step
+    time - keep's in the same race) / layers, never negative; a plan's step time in a race is the lower quartile of
+    its timed steps. A race run in a slow stretch slows keep alike and moves no price."""
+    races = []
     step = {"keep": 1.00, "full recompute": 1.40, "recompute attention": 1.30, "recompute feed_forward": 0.98,
             "recompute feed_forward+attention": 1.36}
-    slower = {"keep": 0.2, "recompute attention": 0.1}        # the second run of these is slower: not counted
 
     def uniform(choice: Choice) -> str:
         return choice.name
 
-    def train(config: Path, work: Path, steps: int) -> Trained:
-        name = config.read_text()
-        order.append(name)
-        base = step[name] + (slower.get(name, 0.0) if order.count(name) == 2 else 0.0)
-        # the lower quartile of 5 steps is the second fastest: one fast outlier is not the run's time
-        return Trained(peak_bytes=1, step_s=(base + 0.5, base - 0.3, base, base + 0.01, base + 0.02))
+    def race(configs: list[Path], work: Path, steps: int) -> list[tuple[float, ...]]:
+        races.append([path.read_text() for path in configs])
+        slow = 0.3 if len(races) == 2 else 0.0                  # race 2 ran in a slow stretch: every plan alike
+        extra = {"recompute attention": 0.1 * (len(races) == 2)}
+        times = [step[name] + slow + extra.get(name, 0.0) for name in races[-1]]
+        # the lower quartile of 5 steps is the second fastest: one fast outlier is not the plan's time
+        return [(base + 0.5, base - 0.3, base, base + 0.01, base + 0.02) for base in times]
 
-    table = profile(load_source(TINY), 4, uniform, [KEEP, ATTENTION, MLP, BOTH, FULL], runs=2, train=train)
-    assert table.base_s == pytest.approx(1.0)
-    assert table.seconds(FULL) == pytest.approx(0.10) and table.seconds(ATTENTION) == pytest.approx(0.075)
+    table = profile(load_source(TINY), 4, uniform, [KEEP, ATTENTION, MLP, BOTH, FULL], runs=2, race=race)
+    assert len(races) == 2 and races[0] == races[1] and len(set(races[0])) == 5      # every choice in each race
+    assert table.samples["keep"] == pytest.approx([1.0, 1.3]) and table.base_s == pytest.approx(1.15)
+    assert table.seconds(FULL) == pytest.approx(0.10) and table.seconds(BOTH) == pytest.approx(0.09)
+    assert table.seconds(ATTENTION) == pytest.approx((0.3 + 0.4) / 2 / 4)           # the median of the races
     assert table.seconds(MLP) == 0.0 and table.seconds(KEEP) == 0.0        # faster than keep: free, not negative
-    assert table.seconds(BOTH) == pytest.approx(0.09)
-    assert order[:5] == order[5:] and len(set(order[:5])) == 5             # run 1 of every choice, then run 2
-    assert table.samples["keep"] == pytest.approx([1.0, 1.2])
-    # the runs' spread per layer: the median over the choices of (slowest run - fastest run), / layers
-    assert table.noise_s == pytest.approx(0.0) and "lower quartile of wall time" in table.source
+    # the races' spread per layer: the median over the choices of (largest - smallest difference), / layers
+    assert table.noise_s == pytest.approx(0.0) and "raced in one process 2 time(s)" in table.source
 
 
 def test_a_larger_recompute_never_costs_less_than_the_cells_it_contains():
@@ -87,10 +88,9 @@ def test_a_larger_recompute_never_costs_less_than_the_cells_it_contains():
     assert fixed == {"keep": 0.0, "a": 0.05, "f": 0.02, "b": 0.05, "full": 0.04}
 
 
-def test_a_run_is_timed_by_the_lower_quartile_of_its_steps_after_the_warm_up():
-    steps = (0.9, 0.5, 0.4, 0.41, 0.6, 0.42)
-    assert Trained(peak_bytes=1, step_s=steps).time_s == 0.41                # sorted: 0.4 0.41 0.42 ... (index 1)
-    assert fastest([Trained(peak_bytes=1, step_s=steps), Trained(peak_bytes=1, step_s=(0.45,))]) == 0.41
+def test_a_plan_is_timed_by_the_lower_quartile_of_its_steps():
+    assert lower_quartile((0.9, 0.5, 0.4, 0.41, 0.6, 0.42)) == 0.41          # sorted: 0.4 0.41 0.42 ... (index 1)
+    assert lower_quartile((0.45,)) == 0.45
 
 
 def test_profile_cache_is_per_model_shape(tmp_path):
@@ -109,15 +109,16 @@ def test_profile_cache_is_per_model_shape(tmp_path):
     assert load_table(source, tmp_path) is None
 
 
-def test_step_clock_lines_are_parsed_after_the_warm_up_steps():
-    """The first WARMUP steps are not timed (the compile, then the run settling); a run too short to have later
-    steps is timed from its second step."""
-    out = "\n".join(f"mf_memopt stepclock: step {n} wall_ms {100 * n}.5 cpu_ms {10 * n}.25" for n in range(1, 8))
-    assert STEP_LINE.findall(out)[0] == ("1", "100.5", "10.25")
-    assert WARMUP == 5 and STEPS - WARMUP >= 10
-    assert _step_times(out) == ((0.6005, 0.7005), (0.06025, 0.07025))
-    short = "\n".join(out.splitlines()[:3])
-    assert _step_times(short) == ((0.2005, 0.3005), (0.02025, 0.03025))
+def test_race_lines_are_parsed_per_plan_after_the_warm_up_steps():
+    """The first WARMUP steps of each plan are not timed (the compile, then the process settling); a race too short
+    to have later steps is timed from its first; a plan with no line is an error naming it."""
+    out = "\n".join(f"mf_memopt race: plan {plan} step {n} wall_ms {100 * n + plan}.5"
+                    for n in range(1, 8) for plan in (0, 1))
+    assert WARMUP == 5 and STEPS - WARMUP >= 20
+    assert step_times(out, 2) == [(0.6005, 0.7005), (0.6015, 0.7015)]
+    assert step_times("\n".join(out.splitlines()[:4]), 2) == [(0.1005, 0.2005), (0.1015, 0.2015)]
+    with pytest.raises(MeasureError, match="no step times for plan\\(s\\) 2"):
+        step_times(out, 3)
 
 
 def test_a_measured_profile_decides_the_plan_where_flops_decide_otherwise():
@@ -164,25 +165,32 @@ def test_mcore_cpu_plans_come_from_the_whole_space():
     assert max(stage.peak.peak for stage in plan.estimate.stages) <= 50 * MiB
 
 
-def test_time_loop_keeps_the_fastest_plan_that_holds_the_budget(tmp_path):
-    """Plans are trained interleaved; a faster plan over the budget is not kept; the first run of the first plan
-    is the peak round's."""
+def test_time_loop_races_the_plans_that_hold_the_budget_and_keeps_the_fastest(tmp_path):
+    """Each plan's peak is measured alone (plan 0's is the peak round's, not measured again); a plan over the budget
+    is not raced, however fast; the others are raced together and the fastest is kept, by the median over races."""
     plans = [(name, auto_plan(TINY, budget=budget * MiB, runtime="cpu", margin=0.0))
              for name, budget in (("a", 60), ("b", 50), ("c", 70))]
-    measured = {"a": (59 * MiB, 1.2), "b": (49 * MiB, 1.1), "c": (71 * MiB, 0.9)}
-    order = []
+    peaks = {"b": 49 * MiB, "c": 71 * MiB}
+    measured, raced = [], []
 
-    def train(config: Path, work: Path) -> Trained:
-        name = next(name for name, plan in plans if plan.text == config.read_text())
-        order.append(name)
-        peak, seconds = measured[name]
-        return Trained(peak_bytes=peak, step_s=(seconds + 0.5 * (order.count(name) == 2),))   # run 2 slower
+    def name_of(config: Path) -> str:
+        return next(name for name, plan in plans if plan.text == config.read_text())
 
-    first = {0: Trained(peak_bytes=59 * MiB, step_s=(1.2,))}
-    winner, timed = measure_time(plans, 60 * MiB, tmp_path, lambda line: None, runs=2, train=train, first=first)
-    assert plans[winner][0] == "b" and order == ["b", "c", "a", "b", "c"]
-    assert [item.times for item in timed] == [(1.2, 1.2), (1.1, 1.6), (0.9, 1.4)]      # a plan: its fastest run
-    assert [item.time_s for item in timed] == [1.2, 1.1, 0.9]
+    def peak(config: Path, work: Path) -> int:
+        measured.append(name_of(config))
+        return peaks[name_of(config)]
+
+    def race(configs: list[Path], work: Path) -> list[tuple[float, ...]]:
+        raced.append([name_of(config) for config in configs])
+        slow = 0.5 * (len(raced) == 2)                          # race 2 slower throughout: every plan alike
+        return [({"a": 1.2, "b": 1.1}[name] + slow,) for name in raced[-1]]
+
+    winner, timed = measure_time(plans, 60 * MiB, tmp_path, lambda line: None, runs=2, peak=peak, race=race,
+                                 known={0: 59 * MiB})
+    assert plans[winner][0] == "b" and measured == ["b", "c"] and raced == [["a", "b"], ["a", "b"]]
+    assert [(item.name, item.peak, item.times) for item in timed] == [("a", 59 * MiB, (1.2, 1.7)),
+                                                                       ("b", 49 * MiB, (1.1, 1.6))]
+    assert [item.time_s for item in timed] == pytest.approx([1.45, 1.35])
 
 
 def test_the_brute_force_benchmark_draws_valid_configs_from_its_seed(tmp_path):

@@ -1,0 +1,143 @@
+"""Plans timed against each other in one process, one step of each in turn: the clock `auto` compares plans by.
+
+Runs of one plan in separate processes differ by up to 37% on a 2-core CPU: a run can land in a slow stretch that
+lasts longer than the run, and the plans `auto` chooses between differ by less than that. In one process that
+trains every plan, step s of each plan in turn, a slow stretch slows them all alike. Three such races of four plans
+of a 3-layer Qwen3 (seq 960) measured each plan within 1.6% of its mean time, and its time relative to the others
+within 1%; the same plans trained in separate processes differed by 8-11% between runs.
+
+The child (`python -m mf_memopt.auto.race --steps N --work DIR CONFIG...`) prepares each config as the launcher
+does (the checks, the context, the model built with MindFormers' own handling off and the plan applied) and lets
+MindFormers' Trainer build the training cell of the YAML (its optimizer, wrapper and dataset), which it takes when
+training begins, before the first step. Then every step fetches one batch and trains each plan on it, in the order
+given, and prints `mf_memopt race: plan I step S wall_ms W`: the wall time of that plan's step, its loss read back
+so the step has finished. A plan's time is the lower quartile of its steps after the first `WARMUP` (the compile,
+then the steps that run 30-50% slower while the process settles). The process's memory pool holds every plan at
+once, so a race measures no peak: peaks come from a run of the plan alone (`measure.train_peak`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import re
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+STEPS = 30                  # steps of each plan in a race
+WARMUP = 5                  # the first steps of each plan are not timed: the compile, then the process settling
+PREFIX = "mf_memopt race:"
+LINE = re.compile(r"mf_memopt race: plan (\d+) step (\d+) wall_ms ([\d.]+)")
+
+
+def lower_quartile(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 4]
+
+
+def race(configs: Sequence[Path], work: Path, steps: int = STEPS, timeout: float | None = 3600
+         ) -> list[tuple[float, ...]]:
+    """Race `configs` (YAML files) in one child process; each one's timed step seconds, in the order given."""
+    from ..estimate.measure import MeasureError
+    from ..runner import ChildFailed, race_child
+
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        done = race_child(list(configs), work=work, steps=steps, timeout=timeout)
+    except ChildFailed as error:
+        raise MeasureError(str(error)) from error
+    return step_times(done.log, len(configs))
+
+
+def step_times(log: str, plans: int, warmup: int = WARMUP) -> list[tuple[float, ...]]:
+    """Each plan's step seconds after the first `warmup` steps, from the race's lines."""
+    seconds: list[dict[int, float]] = [{} for _ in range(plans)]
+    for plan, step, wall in LINE.findall(log):
+        if int(plan) < plans:
+            seconds[int(plan)][int(step)] = float(wall) / 1e3
+    if not all(seconds):
+        from ..estimate.measure import MeasureError
+
+        missing = [str(index) for index, steps in enumerate(seconds) if not steps]
+        raise MeasureError(f"the race printed no step times for plan(s) {', '.join(missing)} (mf_memopt.auto.race)")
+    return [tuple(value for step, value in sorted(steps.items()) if step > warmup)
+            or tuple(value for _, value in sorted(steps.items())) for steps in seconds]
+
+
+class _Taken(Exception):
+    """Raised when training begins: the Trainer's training cell has been taken, no step is run."""
+
+
+def _training_cell(config: Path, work: Path, dataset: Path | None) -> tuple[object, object]:
+    """The training cell MindFormers' Trainer builds for `config` (plan applied) and its dataset."""
+    from mindformers import Trainer
+    from mindspore.train.callback import Callback
+
+    from ..config.load import load_document
+    from ..runtime.session import Overrides, prepare
+    from ..runtime.train import use_cpu_wrapper
+
+    session = prepare(load_document(config), overrides=Overrides(
+        output_dir=str(work), train_dataset_dir=str(dataset) if dataset else None, epochs=1))
+    use_cpu_wrapper(session.config)
+    _forget_registered_parameters()
+    taken: dict[str, object] = {}
+
+    class Take(Callback):
+        def on_train_begin(self, run_context):
+            args = run_context.original_args()
+            taken["cell"], taken["dataset"] = args.train_network, args.train_dataset
+            raise _Taken
+
+    with contextlib.suppress(_Taken):
+        Trainer(args=session.config, model=session.network, callbacks=[Take()]).train()
+    if "cell" not in taken:
+        raise RuntimeError(f"MindFormers' Trainer began no training for {config}")
+    return taken["cell"], taken["dataset"]
+
+
+def _forget_registered_parameters() -> None:
+    """MindFormers' wrappers register their loss parameters (`indexer_loss`, ...) by name in one registry per
+    process, and a second wrapper would find the name taken: each plan's wrapper registers its own."""
+    from mindformers.utils.parameter_register import ParameterRegister
+
+    if ParameterRegister._instance is not None:
+        ParameterRegister._instance._params = {}
+
+
+def _batches(dataset):
+    """The dataset's batches, read again from the start as often as needed."""
+    while True:
+        yield from dataset.create_tuple_iterator(num_epochs=1)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mf_memopt.auto.race", description=__doc__.splitlines()[0])
+    parser.add_argument("configs", nargs="+", type=Path)
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--steps", type=int, default=STEPS)
+    args = parser.parse_args(argv)
+    from ..runner import yaml_dataset
+
+    cells = []
+    for index, config in enumerate(args.configs):
+        work = args.work / f"plan{index}"
+        cells.append(_training_cell(config, work, yaml_dataset(config, work)))
+    for cell, _ in cells:
+        cell.set_train(True)
+    batches = _batches(cells[0][1])       # the configs differ in their plan alone: one dataset feeds them all
+    for step in range(1, args.steps + 1):
+        batch = next(batches)
+        for index, (cell, _) in enumerate(cells):
+            began = time.perf_counter()
+            outputs = cell(*batch)
+            loss = outputs[0] if isinstance(outputs, (tuple, list)) else outputs
+            loss.asnumpy()
+            print(f"{PREFIX} plan {index} step {step} wall_ms {(time.perf_counter() - began) * 1e3:.2f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
