@@ -10,25 +10,24 @@ benchmark prints it and `git log`'s last change to the planner (`mf_memopt/auto`
 configs were drawn after it.
 
 For each config:
-1. The reference plans "nothing" and "full recompute" are trained (the launcher, `timing.STEPS` steps, its own
-   process); the three budgets are a quarter, half and three quarters of the way between their measured pool peaks.
-2. Every plan the YAML's count forms express (`mf_memopt.auto.space`: one full-recompute count and one count per
-   select cell; counts below the full count write the same layers, the only reduction) is estimated, and every
-   plan the estimate calls feasible at the highest budget is trained `--runs` times (default 3), in passes over
-   all of them (one run of every plan, then the second, ...): its pool peak and step time. Every plan compared has
-   the same number of runs, and its time is its fastest run's (`timing.fastest`: a run's lower quartile of wall
-   time per step after the warm-up): runs of one plan differ by up to 37% on this machine, steps within a run
-   far less.
-3. `auto` plans each budget as a user runs it: its step-time profile is measured (cached in the state directory),
-   then `--measure` (the peak rounds, then the plan and its 3 nearest rivals trained twice, interleaved). Its runs
-   are its own: none is counted in the comparison.
-4. A plan auto chose that step 2 did not train (estimated infeasible at the highest budget) is trained `--runs`
-   times too.
-5. Printed per budget: auto's plan, its measured peak, its rank among the measured plans that hold the budget, its
+1. The pool peaks of the reference plans "nothing" and "full recompute" are measured (the launcher, one step, its
+   own process); the three budgets are a quarter, half and three quarters of the way between them.
+2. `auto` plans each budget as a user runs it: its step-time profile is measured (a race, cached in the state
+   directory), then `--measure` (the peak rounds, then the peaks of the plan's 3 nearest rivals and a race of those
+   within the budget). Its measurements are its own: none is counted in the comparison.
+3. The referee: every plan the YAML's count forms express (`mf_memopt.auto.space`: one full-recompute count and one
+   count per select cell; counts below the full count write the same layers, the only reduction) is estimated;
+   every plan the estimate calls feasible at the highest budget, auto's picks and the two references get their
+   pool peak from a run of their own (one step), then they are raced in `--runs` passes (default 2): each race is
+   one process training "nothing recomputed" and up to `GROUP` of them a step at a time (`mf_memopt.auto.race`; a
+   plan's time in a race is the lower quartile of its steps after the fifth), the groups drawn anew each pass. A
+   plan's time is its time over "nothing"'s in the same race (the median over the passes) times "nothing"'s
+   median time, so races in separate processes are compared through the plan they share.
+4. Printed per budget: auto's plan, its measured peak, its rank among the measured plans that hold the budget, its
    time over the fastest one's, and at the mid budget its time over full recompute's. The load average is recorded
-   at every run and printed with the numbers.
+   at every measurement and printed with the numbers.
 
-Every run is kept in `--state` (default: `mf_memopt_auto_bruteforce` in the system's temporary directory): a
+Every measurement is kept in `--state` (default: `mf_memopt_auto_bruteforce` in the system's temporary directory): a
 second call re-uses them and trains only what is missing (`--fresh` starts over). Done when auto holds every budget
 by measurement, is within 3% of the fastest, and is at least 10% faster than full recompute at the mid budget.
 """
@@ -59,6 +58,8 @@ SEEDS = {20261126: "696e69e (the wall-clock lower quartile after the warm-up, 3 
          20261127: "8932d73 (plans raced in one process: the profile and --measure's time loop)"}
 DEFAULT_SEED = 20261127
 SHARES = (0.25, 0.5, 0.75)
+GROUP = 6                   # plans per referee race besides the anchor (a race holds each plan's compiled step,
+                            # about 0.9 GB for these configs: 27 plans at once ran out of 24 GiB)
 LAYERS = 3
 MiB = 2**20
 
@@ -216,17 +217,27 @@ def bench(config: Path, runs: Runs, passes: int, log) -> dict:
     texts = {name: text_of(candidates[name].choices) for name in names}
     for name in names:
         peak(name, texts[name])
-    raced: dict[str, list[float]] = {name: [] for name in names}
+    # each race: nothing recomputed (the anchor) and up to GROUP plans, drawn anew each pass; a plan's time is its
+    # time over the anchor's in the same race (median over the passes) times the anchor's median time
+    others = [name for name in names if name != none_name]
+    ratios: dict[str, list[float]] = {name: [] for name in names}
+    anchors: list[float] = []
     for repeat in range(passes):
-        steps, load = runs.race(config, texts, repeat)
-        loads.append(load)
-        for name in names:
-            raced[name].append(lower_quartile(steps[name]))
-        log(f"  {config.stem}: race {repeat + 1}/{passes} (load {load:.2f}): "
-            + ", ".join(f"{name} {raced[name][-1] * 1e3:.0f}" for name in names))
+        order = sorted(others)
+        random.Random(repeat).shuffle(order)
+        for first in range(0, len(order), GROUP):
+            members = [none_name, *order[first:first + GROUP]]
+            steps, load = runs.race(config, {name: texts[name] for name in members}, repeat)
+            loads.append(load)
+            anchors.append(lower_quartile(steps[none_name]))
+            for name in members:
+                ratios[name].append(lower_quartile(steps[name]) / anchors[-1])
+            log(f"  {config.stem}: pass {repeat + 1}/{passes}, race of {len(members)} (load {load:.2f}): nothing "
+                f"{anchors[-1] * 1e3:.0f} ms; " + ", ".join(f"{name} x{ratios[name][-1]:.3f}" for name in members[1:]))
+    scale = statistics.median(anchors)
 
-    def time_of(name: str) -> float:      # the median over the races (the same races for every plan)
-        return statistics.median(raced[name])
+    def time_of(name: str) -> float:      # over the anchor in its races (median), times the anchor's median time
+        return statistics.median(ratios[name]) * scale
 
     rows = []
     for share, budget in zip(SHARES, budgets):

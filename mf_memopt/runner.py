@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -100,8 +101,11 @@ def race_child(configs: Sequence[Path], *, work: Path, steps: int, timeout: floa
     except subprocess.TimeoutExpired as error:
         raise ChildFailed(f"racing {len(configs)} plans did not finish within {timeout:.0f} s") from error
     log = done.stdout or ""
+    if done.returncode == -signal.SIGKILL:
+        raise ChildFailed(f"racing {len(configs)} plans ({configs[0]}, ...) was killed (SIGKILL): the system may have "
+                          "run out of memory (a race holds every plan's compiled training step at once)")
     if done.returncode != 0:
-        raise ChildFailed(f"racing {', '.join(path.name for path in configs)} failed (exit {done.returncode}): "
+        raise ChildFailed(f"racing {len(configs)} plans ({configs[0]}, ...) failed (exit {done.returncode}): "
                           f"{failure_summary(log)}")
     return ChildRun(config=configs[0], log=log)
 
