@@ -3,8 +3,10 @@
 Runs of one plan in separate processes differ by up to 37% on a 2-core CPU: a run can land in a slow stretch that
 lasts longer than the run, and the plans `auto` chooses between differ by less than that. In one process that
 trains every plan, step s of each plan in turn, a slow stretch slows them all alike. Three such races of four plans
-of a 3-layer Qwen3 (seq 960) measured each plan within 1.6% of its mean time, and its time relative to the others
-within 1%; the same plans trained in separate processes differed by 8-11% between runs.
+of a 3-layer Qwen3 (seq 960) measured each plan within 2.2% of its mean time. A race does not remove every
+difference between processes: in the brute-force benchmark's races of seven plans, a plan's time over the plan
+without recompute moved by 1.9% between races (median; at most 8%), and the steps inside a race spread by 12%
+(interquartile range over the median), so a lower quartile of 25 steps is good to about 2-3%.
 
 The child (`python -m mf_memopt.auto.race --steps N --work DIR CONFIG...`) prepares each config as the launcher
 does (the checks, the context, the model built with MindFormers' own handling off and the plan applied) and lets
