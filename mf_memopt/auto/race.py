@@ -72,16 +72,15 @@ class _Taken(Exception):
     """Raised when training begins: the Trainer's training cell has been taken, no step is run."""
 
 
-def _training_cell(config: Path, work: Path, dataset: Path | None) -> tuple[object, object]:
-    """The training cell MindFormers' Trainer builds for `config` (plan applied) and its dataset."""
+def _training_cell(document, work: Path, dataset: Path | None) -> tuple[object, object]:
+    """The training cell MindFormers' Trainer builds for the config `document` (plan applied) and its dataset."""
     from mindformers import Trainer
     from mindspore.train.callback import Callback
 
-    from ..config.load import load_document
     from ..runtime.session import Overrides, prepare
     from ..runtime.train import use_cpu_wrapper
 
-    session = prepare(load_document(config), overrides=Overrides(
+    session = prepare(document, overrides=Overrides(
         output_dir=str(work), train_dataset_dir=str(dataset) if dataset else None, epochs=1))
     use_cpu_wrapper(session.config)
     _forget_registered_parameters()
@@ -96,7 +95,7 @@ def _training_cell(config: Path, work: Path, dataset: Path | None) -> tuple[obje
     with contextlib.suppress(_Taken):
         Trainer(args=session.config, model=session.network, callbacks=[Take()]).train()
     if "cell" not in taken:
-        raise RuntimeError(f"MindFormers' Trainer began no training for {config}")
+        raise RuntimeError(f"MindFormers' Trainer began no training for {document.source.file}")
     return taken["cell"], taken["dataset"]
 
 
@@ -121,12 +120,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--steps", type=int, default=STEPS)
     args = parser.parse_args(argv)
+    from ..config.load import load_document
     from ..runner import yaml_dataset
 
     cells = []
     for index, config in enumerate(args.configs):
         work = args.work / f"plan{index}"
-        cells.append(_training_cell(config, work, yaml_dataset(config, work)))
+        document = load_document(config)        # the one reading of each config in this child
+        cells.append(_training_cell(document, work, yaml_dataset(document, work)))
     for cell, _ in cells:
         cell.set_train(True)
     batches = _batches(cells[0][1])       # the configs differ in their plan alone: one dataset feeds them all

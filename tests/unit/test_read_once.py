@@ -29,6 +29,7 @@ ENTRIES = {
     "runtime/launch.py:_preflight_only": {"load_document"},
     "runtime/data.py:main": {"load_document"},
     "verify/precompile.py:main": {"load_document"},
+    "auto/race.py:main": {"load_document"},
     "estimate/check.py:measure_and_compare": {"load_document"},
     "compare/__init__.py:compare_configs": {"load_document"},
     "auto/balance.py:balance_plan": {"load_document"},
