@@ -55,7 +55,9 @@ sys.path.insert(0, str(REPO))
 # seed -> the planner commit it was drawn after (the benchmark's first run on it came after that commit)
 SEEDS = {20261126: "696e69e (the wall-clock lower quartile after the warm-up, 3 rivals); the later commits to "
                    "mf_memopt/auto (a3942f9, c1672d7, ea817fd) change docstrings and a dataclass's fields, no choice",
-         20261127: "8932d73 (plans raced in one process: the profile and --measure's time loop)"}
+         20261127: "8932d73 (plans raced in one process: the profile and --measure's time loop); the later commits "
+                   "to mf_memopt/auto (a1028c5, cfb8093, 898fa34) change docstrings, a comment, and how the race "
+                   "child hands each config on, no choice"}
 DEFAULT_SEED = 20261127
 SHARES = (0.25, 0.5, 0.75)
 GROUP = 6                   # plans per referee race besides the anchor (a race holds each plan's compiled step,
