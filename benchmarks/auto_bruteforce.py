@@ -55,9 +55,10 @@ sys.path.insert(0, str(REPO))
 # seed -> the planner commit it was drawn after (the benchmark's first run on it came after that commit)
 SEEDS = {20261126: "696e69e (the wall-clock lower quartile after the warm-up, 3 rivals); the later commits to "
                    "mf_memopt/auto (a3942f9, c1672d7, ea817fd) change docstrings and a dataclass's fields, no choice",
-         20261127: "8932d73 (plans raced in one process: the profile and --measure's time loop); the later commits "
-                   "to mf_memopt/auto (a1028c5, cfb8093, 898fa34) change docstrings, a comment, and how the race "
-                   "child hands each config on, no choice"}
+         20261127: "8932d73 (plans raced in one process: the profile and --measure's time loop); the later "
+                   "commits to mf_memopt/auto (a1028c5, cfb8093, 898fa34, the review's profile_config cleanup) "
+                   "change docstrings, a comment, how the race child hands each config on and an unused "
+                   "parameter, no choice"}
 DEFAULT_SEED = 20261127
 SHARES = (0.25, 0.5, 0.75)
 GROUP = 6                   # plans per referee race besides the anchor (a race holds each plan's compiled step,
@@ -211,7 +212,7 @@ def bench(config: Path, runs: Runs, passes: int, log) -> dict:
         log(f"  auto {budget / MiB:.0f} MiB: kept {picks[budget]}")
 
     # the referee: every plan estimated feasible at the highest budget (auto's picks, nothing and full recompute
-    # too), each one's peak alone, then `passes` races of them all in one process
+    # too), each one's peak alone, then `passes` passes of races (below)
     names = sorted({item.name for item in candidates.values() if item.peak <= budgets[-1]}
                    | set(picks.values()) | {full_name, none_name})
     log(f"{config.name}: {len(candidates)} plans in the space, {len(names)} estimated feasible at the highest budget "

@@ -121,16 +121,15 @@ class PlanSpace:
                        repairs=(), empty=best.empty and all(choice == KEEP for choice in candidate.choices))
 
 
-def profile_config(config: str | Path | Document, *, runs: int | None = None, report=lambda line: None,
-                   race=None) -> TimeTable:
+def profile_config(config: str | Path | Document, *, runs: int | None = None, report=lambda line: None
+                   ) -> TimeTable:
     """Measure the config's step-time profile (`timing.profile`: every layer given each choice, raced)."""
     from . import timing
 
     space = PlanSpace(config, runtime="cpu")
     context = space.context
     return timing.profile(context.source, len(space.layers), lambda choice: context.text_of(context.uniform(choice)),
-                          space.offered, runs=runs or timing.RUNS, report=report,
-                          **({"race": race} if race is not None else {}))
+                          space.offered, runs=runs or timing.RUNS, report=report)
 
 
 def cached_or_profiled(config: str | Path | Document, *, measure: bool, runs: int | None = None,
