@@ -5,11 +5,11 @@
 # installed wheel, without MindSpore.
 #
 # The clean environment gets the wheel and the libraries those commands import (PyYAML,
-# jsonschema), pinned to the versions in .venv and taken from pip's cache. It does not get
+# jsonschema), pinned to the versions in .venv and taken from uv's cache. It does not get
 # mindspore and mindformers (2.5 GB installed; only training and `verify` import them; resolving
 # them with `pip install --dry-run` alone takes about 2 minutes): instead the wheel's declared
 # dependencies are checked against .venv, where setup_env.sh installed and the test suite ran them.
-# Run after scripts/setup_env.sh, which creates .venv and warms pip's cache. Takes about 25 s.
+# Run after scripts/setup_env.sh, which creates .venv (with uv) and warms uv's cache. Takes about 25 s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -26,13 +26,14 @@ wheel=$(ls "$work"/dist/mf_memopt-*.whl)
 .venv/bin/python "$root/tests/wheel_contents.py" "$wheel" "$root/mf_memopt"
 
 base_python=$(.venv/bin/python -c 'import sys; print(sys._base_executable)')
-"$base_python" -m venv "$work/venv"
+.venv/bin/uv venv --quiet --seed --python "$base_python" "$work/venv"
+install=("$root/.venv/bin/uv" pip install --quiet --python "$work/venv/bin/python" --no-deps)
 light=$(.venv/bin/python -m pip freeze 2>/dev/null |
         grep -iE '^(pyyaml|jsonschema|jsonschema-specifications|referencing|rpds-py|attrs|typing.extensions)==')
 tests=$(.venv/bin/python -m pip freeze 2>/dev/null |
         grep -iE '^(matplotlib|numpy|scipy|contourpy|cycler|fonttools|kiwisolver|packaging|pillow|pyparsing|python-dateutil|six|pytest|pytest-xdist|execnet|iniconfig|pluggy|pygments|hypothesis|sortedcontainers|attrs)==')
 # shellcheck disable=SC2086
-"$work/venv/bin/python" -m pip install "${pip_quiet[@]}" --no-deps "$wheel" $light
+"${install[@]}" "$wheel" $light
 .venv/bin/python "$root/tests/wheel_contents.py" --requirements "$wheel"
 
 cd "$work"  # outside the checkout: only the installed package can be imported
@@ -47,7 +48,7 @@ grep -q "^stage" estimate.txt
 
 # The fast tier against the installed wheel: `pytest` (not `python -m pytest`) keeps the checkout off sys.path.
 # shellcheck disable=SC2086
-"$work/venv/bin/python" -m pip install "${pip_quiet[@]}" --no-deps $tests
+"${install[@]}" $tests
 if "$work/venv/bin/python" -c 'import mindspore' 2>/dev/null; then echo "mindspore is importable in the clean venv" >&2; exit 1; fi
 (cd "$root" && "$work/venv/bin/pytest" -q -p no:cacheprovider -m "not mindspore" \
     -W "ignore::pytest.PytestUnknownMarkWarning" | tail -n 1)
