@@ -77,15 +77,15 @@ def test_recompute_lowers_the_pool_peak_and_changes_no_loss(work):
     assert none_losses == full_losses == mlp_losses
 
 
-def test_without_clip_grad_the_step_compiles_reports_the_norm_and_recompute_still_saves(work):
-    """MindFormers' step returns None as the norm without clip-grad, which an mcore step cannot return on CPU."""
-    none, _, out = _trained("none", work, clip=False)
-    full, losses, _ = _trained("full", work, clip=False)
+def test_without_clip_grad_the_step_compiles_and_reports_the_norm(work):
+    """MindFormers' step returns None as the norm without clip-grad, which an mcore step cannot return on CPU. (That
+    full recompute still saves memory in this step form is measured by `python benchmarks/step_forms.py --model
+    qwen3`, which trains every step form.)"""
+    _, losses, out = _trained("full", work, clip=False)
     assert sorted(losses) == [1, 2, 3] and losses[3] < losses[1]
     assert "use_clip_grad is False: the step reports the gradients' global norm without clipping by it" in out
     norms = [float(value) for value in re.findall(r"global_norm: \[([\d.]+)\]", out)]
     assert len(norms) == 3 and all(value > 0 for value in norms)
-    assert full <= 0.75 * none, (none, full)
 
 
 def _verify(config: Path, cwd: Path) -> dict:

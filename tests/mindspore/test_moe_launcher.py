@@ -27,7 +27,10 @@ POOL_LOG = {"GLOG_v": "2", "MS_SUBMODULE_LOG_v": "{PRE_ACT:1}"}      # MindSpore
 OFF = {"recompute": False, "select_recompute": False, "select_comm_recompute": False}
 RECOMPUTE = {"none": OFF, "full": {**OFF, "recompute": True},
              "mlp": {**OFF, "select_recompute": {"mlp": True}},
-             "experts": {**OFF, "select_recompute": {r"mlp\.experts": True}}}
+             "experts": {**OFF, "select_recompute": {r"mlp\.experts": True}},
+             # the MLP cells and MindFormers' default comm pattern (`.*\.norm`: RmsNorm primitives on Ascend, their
+             # CPU stand-ins' operators here, test_stand_in_patterns.py)
+             "mlp_comm": {**OFF, "select_recompute": {"mlp": True}, "select_comm_recompute": True}}
 
 
 @cache
@@ -124,9 +127,20 @@ def test_the_tiny_deepseek_v3_trains_and_its_mtp_layer_takes_the_last_layers_pla
 def test_recompute_lowers_the_deepseek_peak_and_changes_no_loss(work):
     none, none_losses, _ = _deepseek("none", work)
     full, full_losses, _ = _deepseek("full", work)
-    mlp, mlp_losses, _ = _deepseek("mlp", work)
+    mlp, mlp_losses, _ = _deepseek("mlp_comm", work)
     assert full < 0.8 * none and mlp < none, (none, full, mlp)
     assert none_losses == full_losses == mlp_losses
+
+
+def test_the_default_comm_pattern_marks_the_norm_stand_ins_and_trains(work):
+    """`select_comm_recompute: True`, which `validate` accepts, is not refused at apply on CPU: MindFormers' default
+    pattern names the RmsNorm primitives Ascend has, and marks the operators of the CPU stand-ins under the same
+    names (test_stand_in_patterns.py verifies the marks in the compiled graph)."""
+    _, losses, out = _deepseek("mlp_comm", work)
+    for index in range(4):
+        assert f"Set select comm recompute at layer {index}: input_layernorm.norm, pre_mlp_layernorm.norm" in out
+    assert "Set select comm recompute: enorm.norm, hnorm.norm, final_layernorm.norm" in out
+    assert sorted(losses) == [1, 2, 3] and losses[3] < losses[1]
 
 
 def test_full_recompute_lowers_the_deepseek_peak_by_a_quarter(work):

@@ -1,5 +1,5 @@
-"""The training step a YAML asks for: what the estimate says it assumes (tests/mindspore/test_step_forms.py trains
-every form)."""
+"""The training step a YAML asks for: what the estimate says it assumes (`benchmarks/step_forms.py` trains every
+form; tests/mindspore/test_step_forms.py the forms that once raised the peak)."""
 
 from __future__ import annotations
 
