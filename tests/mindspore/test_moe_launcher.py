@@ -27,17 +27,17 @@ POOL_LOG = {"GLOG_v": "2", "MS_SUBMODULE_LOG_v": "{PRE_ACT:1}"}      # MindSpore
 OFF = {"recompute": False, "select_recompute": False, "select_comm_recompute": False}
 RECOMPUTE = {"none": OFF, "full": {**OFF, "recompute": True},
              "mlp": {**OFF, "select_recompute": {"mlp": True}},
-             "experts": {**OFF, "select_recompute": {r"mlp\.experts": True}},
-             # the MLP cells and MindFormers' default comm pattern (`.*\.norm`: RmsNorm primitives on Ascend, their
-             # CPU stand-ins' operators here, test_stand_in_patterns.py)
-             "mlp_comm": {**OFF, "select_recompute": {"mlp": True}, "select_comm_recompute": True}}
+             "experts": {**OFF, "select_recompute": {r"mlp\.experts": True}}}
+# the tiny DeepSeek-V3 alone: the MLP cells and MindFormers' default comm pattern (`.*\.norm`: RmsNorm primitives on
+# Ascend, their CPU stand-ins' operators here, test_stand_in_patterns.py)
+DEEPSEEK_ONLY = {"mlp_comm": {**OFF, "select_recompute": {"mlp": True}, "select_comm_recompute": True}}
 
 
 @cache
 def _run(base: Path, recompute: str, tmp: str) -> tuple[int, dict[int, float], str, Path]:
     """Three steps of `base` with one of the recompute forms: the pool peak (MiB), the losses, the log, the YAML."""
     data = yaml.safe_load(base.read_text())
-    data["recompute_config"] = RECOMPUTE[recompute]
+    data["recompute_config"] = {**RECOMPUTE, **DEEPSEEK_ONLY}[recompute]
     config = Path(tmp) / f"{base.stem}_{recompute}.yaml"
     config.write_text(yaml.safe_dump(data, sort_keys=False))
     output = Path(tmp) / f"{base.stem}_{recompute}"
