@@ -1,6 +1,6 @@
 """`auto --runtime cpu --measure` against brute force, on small held-out configs (issue 37).
 
-    python benchmarks/auto_bruteforce.py [--seed N | --configs YAML...] [--state DIR] [--fresh] [--runs 2]
+    python benchmarks/auto_bruteforce.py [--seed N | --configs YAML...] [--state DIR] [--fresh] [--runs 2] [--steps 40]
 
 The configs are drawn by `draw(seed)`: one Llama and one mcore Qwen3, 3 layers, float32, shapes drawn from ranges
 where recompute costs time on CPU (sequence 640-1280, at least four times the hidden size 64-192: the attention
@@ -19,10 +19,11 @@ For each config:
    count per select cell; counts below the full count write the same layers, the only reduction) is estimated;
    every plan the estimate calls feasible at the highest budget, auto's picks and the two references get their
    pool peak from a run of their own (one step), then they are raced in `--runs` passes (default 2): each race is
-   one process training "nothing recomputed" and up to `GROUP` of them a step at a time (`mf_memopt.auto.race`; a
-   plan's time in a race is the lower quartile of its steps after the fifth), the groups drawn anew each pass. A
-   plan's time is its time over "nothing"'s in the same race (the median over the passes) times "nothing"'s
-   median time, so races in separate processes are compared through the plan they share.
+   one process training "nothing recomputed" and up to `GROUP` of them a step at a time for `--steps` steps
+   (`mf_memopt.auto.race`), the groups drawn anew each pass. A plan's time is its time over "nothing"'s in the same
+   race (`race.paired_ratio`: the median over the steps after the fifth of its step over "nothing"'s step of the
+   same batch; the median over the passes) times "nothing"'s median time (the lower quartile of its steps), so
+   races in separate processes are compared through the plan they share.
 4. Printed per budget: auto's plan, its measured peak, its rank among the measured plans that hold the budget, its
    time over the fastest one's, and at the mid budget its time over full recompute's. The load average is recorded
    at every measurement and printed with the numbers.
@@ -64,6 +65,7 @@ SHARES = (0.25, 0.5, 0.75)
 GROUP = 6                   # plans per referee race besides the anchor (a race holds each plan's compiled step,
                             # about 0.9 GB for these configs: 27 plans at once ran out of 24 GiB)
 LAYERS = 3
+STEPS = 40                  # steps of each plan in a referee race (35 timed): auto's own races take race.STEPS
 MiB = 2**20
 
 
@@ -136,8 +138,10 @@ class Runs:
         item = self._kept(f"{config.stem}|peak|{_digest(text)}", measure)
         return item["peak_bytes"], item["load"]
 
-    def race(self, config: Path, texts: dict[str, str], repeat: int) -> tuple[dict[str, list[float]], float]:
-        """Race pass `repeat` of the plans (name -> YAML text) in one process: each plan's timed step seconds."""
+    def race(self, config: Path, texts: dict[str, str], repeat: int, steps: int
+             ) -> tuple[dict[str, list[float]], float]:
+        """Race pass `repeat` of the plans (name -> YAML text) in one process, `steps` steps: each plan's timed step
+        seconds."""
         from mf_memopt.auto.race import race
 
         def measure():
@@ -147,11 +151,11 @@ class Runs:
                 paths.append((work / f"plan{index}.yaml").resolve())
                 paths[-1].write_text(text)
             try:
-                return {"step_s": dict(zip(texts, map(list, race(paths, work / "run"))))}
+                return {"step_s": dict(zip(texts, map(list, race(paths, work / "run", steps))))}
             finally:
                 shutil.rmtree(work, ignore_errors=True)
 
-        item = self._kept(f"{config.stem}|race|{repeat}|{_digest(''.join(sorted(map(_digest, texts.values()))))}",
+        item = self._kept(f"{config.stem}|race|{repeat}|{steps}|{_digest(''.join(sorted(map(_digest, texts.values()))))}",
                           measure)
         return item["step_s"], item["load"]
 
@@ -165,11 +169,11 @@ def _digest(text: str) -> str:
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
-def bench(config: Path, runs: Runs, passes: int, log) -> dict:
+def bench(config: Path, runs: Runs, passes: int, steps: int, log) -> dict:
     from mf_memopt.auto import auto_plan
     from mf_memopt.auto.choices import KEEP, Choice
     from mf_memopt.auto.measure import measure_plan
-    from mf_memopt.auto.race import lower_quartile
+    from mf_memopt.auto.race import lower_quartile, paired_ratio
     from mf_memopt.auto.space import PlanSpace, cached_or_profiled
     from mf_memopt.auto.writer import Assignment
 
@@ -230,11 +234,11 @@ def bench(config: Path, runs: Runs, passes: int, log) -> dict:
         random.Random(repeat).shuffle(order)
         for first in range(0, len(order), GROUP):
             members = [none_name, *order[first:first + GROUP]]
-            steps, load = runs.race(config, {name: texts[name] for name in members}, repeat)
+            timed, load = runs.race(config, {name: texts[name] for name in members}, repeat, steps)
             loads.append(load)
-            anchors.append(lower_quartile(steps[none_name]))
+            anchors.append(lower_quartile(timed[none_name]))
             for name in members:
-                ratios[name].append(lower_quartile(steps[name]) / anchors[-1])
+                ratios[name].append(paired_ratio(timed[name], timed[none_name]))
             log(f"  {config.stem}: pass {repeat + 1}/{passes}, race of {len(members)} (load {load:.2f}): nothing "
                 f"{anchors[-1] * 1e3:.0f} ms; " + ", ".join(f"{name} x{ratios[name][-1]:.3f}" for name in members[1:]))
     scale = statistics.median(anchors)
@@ -264,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state", type=Path, default=Path(tempfile.gettempdir()) / "mf_memopt_auto_bruteforce")
     parser.add_argument("--fresh", action="store_true", help="forget the runs kept in --state")
     parser.add_argument("--runs", type=int, default=2, help="races of every plan compared, each in one process")
+    parser.add_argument("--steps", type=int, default=STEPS, help=f"steps of each plan in a referee race (default {STEPS})")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED,
                         help=f"draw the configs from this seed (default {DEFAULT_SEED}; recorded: {sorted(SEEDS)})")
     parser.add_argument("--configs", type=Path, nargs="+", help="benchmark these YAMLs instead of drawn ones")
@@ -293,9 +298,10 @@ def main(argv: list[str] | None = None) -> int:
                  + (f"drawn after {SEEDS[args.seed]}" if args.seed in SEEDS else "a seed not recorded in SEEDS"))
         command = f"--seed {args.seed}"
     log(f"uptime at start: {os.popen('uptime').read().strip()}")
-    results = [bench(config, runs, args.runs, log) for config in configs]
+    results = [bench(config, runs, args.runs, args.steps, log) for config in configs]
     print()
-    print(f"command: python benchmarks/auto_bruteforce.py {command} --runs {args.runs} (state {args.state})")
+    print(f"command: python benchmarks/auto_bruteforce.py {command} --runs {args.runs} --steps {args.steps} "
+          f"(state {args.state})")
     print(f"configs: {drawn}")
     print(f"the planner's last change (git log -1 -- mf_memopt/auto): {planner_change()}")
     verdicts = []

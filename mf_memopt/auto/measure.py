@@ -7,7 +7,8 @@ The launcher runs in a child process (`run_mindformer_memopt.py --run_mode train
 When the measured peak is over the budget, the next round plans for the previous plan's
 predicted peak (at most its target) minus the measured excess; at most `ROUNDS` rounds.
 The time loop measures each rival's peak the same way, and races the plans that hold the budget in one process
-(`race.py`): their step times are compared within a race, where a slow stretch of the machine slows them alike.
+(`race.py`): their steps are compared with the first raced plan's steps of the same batches, where a slow stretch
+of the machine slows both alike.
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ class Timed:
     plan: AutoPlan
     name: str
     peak: int
-    times: tuple[float, ...]            # each race's lower quartile of the plan's timed steps (seconds)
+    times: tuple[float, ...]            # each race's step time (seconds): the first raced plan's lower quartile
+                                        # times this plan's steps over its steps of the same batches (median)
 
     @property
     def time_s(self) -> float:
@@ -111,8 +113,9 @@ def measure_time(plans: list[tuple[str, AutoPlan]], budget: int, work: Path, rep
     times: dict[int, list[float]] = {index: [] for index in holding}
     for repeat in range(runs):
         timed = race([configs[index] for index in holding], work / f"race{repeat}")
+        anchor = racing.lower_quartile(timed[0])        # the first plan holding the budget: auto's own
         for index, seconds in zip(holding, timed):
-            times[index].append(racing.lower_quartile(seconds))
+            times[index].append(anchor * racing.paired_ratio(seconds, timed[0]))
         report(f"time: race {repeat + 1}/{runs}: " + ", ".join(f"{plans[index][0]} {times[index][-1] * 1e3:.0f} ms"
                                                                for index in holding))
     raced = {index: Timed(plan=plans[index][1], name=plans[index][0], peak=peaks[index], times=tuple(times[index]))

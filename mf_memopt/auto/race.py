@@ -2,19 +2,19 @@
 
 Runs of one plan in separate processes differ by up to 37% on a 2-core CPU: a run can land in a slow stretch that
 lasts longer than the run, and the plans `auto` chooses between differ by less than that. In one process that
-trains every plan, step s of each plan in turn, a slow stretch slows them all alike. Three such races of four plans
-of a 3-layer Qwen3 (seq 960) measured each plan within 2.2% of its mean time. A race does not remove every
-difference between processes: in the brute-force benchmark's races of seven plans, a plan's time over the plan
-without recompute moved by 1.9% between races (median; at most 8%), and the steps inside a race spread by 12%
-(interquartile range over the median), so a lower quartile of 25 steps is good to about 2-3%.
+trains every plan, step s of each plan in turn, a slow stretch slows them all alike. Plans are compared step by
+step: a plan's time over another's is the median over the steps of its step over the other's step of the same batch
+(`paired_ratio`). Each step of a race spreads by about 9% around that median on a 2-core CPU, so the median of 25
+steps is good to about 1.5% (bootstrap, the brute-force benchmark's races of seven plans), and a plan's ratio moved
+between two races by 0.5-1.4% (median).
 
 The child (`python -m mf_memopt.auto.race --steps N --work DIR CONFIG...`) prepares each config as the launcher
 does (the checks, the context, the model built with MindFormers' own handling off and the plan applied) and lets
 MindFormers' Trainer build the training cell of the YAML (its optimizer, wrapper and dataset), which it takes when
 training begins, before the first step. Then every step fetches one batch and trains each plan on it, in the order
 given, and prints `mf_memopt race: plan I step S wall_ms W`: the wall time of that plan's step, its loss read back
-so the step has finished. A plan's time is the lower quartile of its steps after the first `WARMUP` (the compile,
-then the steps that run 30-50% slower while the process settles). The process's memory pool holds every plan at
+so the step has finished. The first `WARMUP` steps of each plan are not timed (the compile, then the steps that
+run 30-50% slower while the process settles). The process's memory pool holds every plan at
 once, so a race measures no peak: peaks come from a run of the plan alone (`measure.train_peak`).
 """
 
@@ -23,12 +23,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import re
+import statistics
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-STEPS = 30                  # steps of each plan in a race
+STEPS = 40                  # steps of each plan in a race (35 timed: the median of 25 was good to about 1.5%)
 WARMUP = 5                  # the first steps of each plan are not timed: the compile, then the process settling
 PREFIX = "mf_memopt race:"
 LINE = re.compile(r"mf_memopt race: plan (\d+) step (\d+) wall_ms ([\d.]+)")
@@ -37,6 +38,18 @@ LINE = re.compile(r"mf_memopt race: plan (\d+) step (\d+) wall_ms ([\d.]+)")
 def lower_quartile(values: Sequence[float]) -> float:
     ordered = sorted(values)
     return ordered[(len(ordered) - 1) // 4]
+
+
+def paired_ratio(plan: Sequence[float], anchor: Sequence[float]) -> float:
+    """A plan's step time over the anchor's in one race: the median over the steps of (its step s / the anchor's
+    step s). Step s of every plan runs back to back on one batch, so a slow stretch slows both steps of a pair
+    alike and leaves the ratio; a ratio of two lower quartiles is not paired and keeps it. On the brute-force
+    benchmark's races (seed 20261127, 40 plans raced twice), a plan's ratio moved between the two passes by 0.5%
+    and 1.4% (median, mcore Qwen3 and Llama) where the lower quartiles' ratio moved by 4.2% and 1.9%."""
+    pairs = [mine / theirs for mine, theirs in zip(plan, anchor) if theirs > 0]
+    if not pairs:
+        raise ValueError("no step of the plan pairs with a step of the anchor")
+    return statistics.median(pairs)
 
 
 def race(configs: Sequence[Path], work: Path, steps: int = STEPS, timeout: float | None = 3600

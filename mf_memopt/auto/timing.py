@@ -4,16 +4,17 @@ FLOPs say little about recompute time on CPU: the softmax, the norms, the casts 
 are memory-bound and take far more time than their FLOPs say. So the cost of each choice is measured on the
 config itself: one race (`race.py`) trains the config with every layer given each choice (keep, each cell, every
 cell, full recompute) in one process, one step of each choice in turn, `race.STEPS` steps each. A choice's added
-time per layer and step is (its step time - keep's in the same race) / layers: the recompute as the runtime runs
-it, every operator of the recomputed cells included. `problem.py` prices a plan as the sum of its layers' added
-times.
+time per layer and step is (its step time over keep's - 1) x keep's step time / layers: the recompute as the
+runtime runs it, every operator of the recomputed cells included. `problem.py` prices a plan as the sum of its
+layers' added times.
 
-The clock: a step's wall time, and of a plan in a race the lower quartile of its steps after the first
-`race.WARMUP` (the compile; on CPU the next four steps run 30-50% slower while the process settles). The steps'
-CPU time is not used: MindSpore's CPU threads spin while they wait, so a step's CPU time is about twice its wall
-time on two cores and varies by 30% between runs of one plan. Plans are raced in one process because runs in
+The clock: a step's wall time after the first `race.WARMUP` steps (the compile; on CPU the next four steps run
+30-50% slower while the process settles). A choice's time over keep's is the median over the steps of its step
+over keep's step of the same batch (`race.paired_ratio`), keep's step time the lower quartile of its steps. The
+steps' CPU time is not used: MindSpore's CPU threads spin while they wait, so a step's CPU time is about twice its
+wall time on two cores and varies by 30% between runs of one plan. Plans are raced in one process because runs in
 separate processes differ by up to 37% (a run can land in a slow stretch longer than itself); in a race a slow
-stretch slows every plan alike. With `runs` races, a choice's added time is the median over the races.
+stretch slows both steps of a pair alike. With `runs` races, a choice's ratio is the median over the races.
 
 The profile is cached per model shape (every key of the YAML but the plan sections, the callbacks and the
 paths: `shape_key`) as JSON under `cache_dir()` (`MF_MEMOPT_CACHE`, else `~/.cache/mf_memopt`), read back
@@ -40,7 +41,7 @@ from . import race as racing
 from .choices import Choice
 
 RUNS = 1                    # races per profile (a plan measured within 2.2% of its mean over three races)
-VERSION = 4                 # 4: every choice raced in one process (3: a run per choice, wall-clock lower quartile)
+VERSION = 5                 # 5: steps paired with keep's (4: lower quartiles; 3: a run per choice)
 _IGNORED = ("recompute_config", "swap_config", "callbacks", "output_dir", "load_checkpoint", "src_strategy_path_or_dir",
             "train_dataset", "train_dataset_task", "generated_dataset", "eval_dataset", "eval_dataset_task")
 
@@ -131,6 +132,7 @@ def profile(source: Source, layers: int, uniform: Callable[[Choice], str], choic
     names = sorted({choice.name for choice in choices} | {"keep"})
     by_name = {choice.name: choice for choice in choices} | {"keep": Choice()}
     samples: dict[str, list[float]] = {name: [] for name in names}      # each race's step time
+    ratios: dict[str, list[float]] = {name: [] for name in names}       # each race's step time over keep's
     loads = [load_average()]
     with tempfile.TemporaryDirectory(prefix="mf_memopt_profile_") as tmp:
         configs = []
@@ -140,21 +142,21 @@ def profile(source: Source, layers: int, uniform: Callable[[Choice], str], choic
         for repeat in range(runs):
             began = time.perf_counter()
             timed = race(configs, Path(tmp) / f"race{repeat}", steps)
+            keep = timed[names.index("keep")]
             for name, seconds in zip(names, timed):
                 samples[name].append(racing.lower_quartile(seconds))
+                ratios[name].append(racing.paired_ratio(seconds, keep))
             report(f"profile: race {repeat + 1}/{runs} ({time.perf_counter() - began:.0f} s), every layer given: "
                    + ", ".join(f"{name} {samples[name][-1] * 1e3:.0f} ms" for name in names))
             loads.append(load_average())
-    keep = samples["keep"]
-    differences = {name: [value - base for value, base in zip(values, keep)] for name, values in samples.items()}
-    measured = {name: max(0.0, statistics.median(values)) / layers for name, values in differences.items()}
+    base = statistics.median(samples["keep"])
+    measured = {name: max(0.0, statistics.median(values) - 1.0) * base / layers for name, values in ratios.items()}
     added = monotone(measured, by_name)
-    noise = statistics.median(max(values) - min(values) for values in differences.values()) / layers
-    return TimeTable(key=shape_key(source), layers=layers, base_s=statistics.median(keep), added_s=added,
-                     samples=samples, noise_s=noise,
+    noise = statistics.median(max(values) - min(values) for values in ratios.values()) * base / layers
+    return TimeTable(key=shape_key(source), layers=layers, base_s=base, added_s=added, samples=samples, noise_s=noise,
                      source=f"step-time profile measured here (every layer given each choice, raced in one process "
-                            f"{runs} time(s), {steps - racing.WARMUP} timed steps each, the lower quartile of wall "
-                            f"time; races differ by {noise * 1e3:.1f} ms per layer)",
+                            f"{runs} time(s), {steps - racing.WARMUP} timed steps each, each step paired with keep's "
+                            f"step of the same batch; races differ by {noise * 1e3:.1f} ms per layer)",
                      load="; ".join(loads))
 
 

@@ -13,7 +13,7 @@ from mf_memopt.auto import auto_plan
 from mf_memopt.auto.choices import KEEP, Choice
 from mf_memopt.auto.measure import measure_time
 from mf_memopt.auto.space import PlanSpace, stage_assignments
-from mf_memopt.auto.race import STEPS, WARMUP, lower_quartile, step_times
+from mf_memopt.auto.race import STEPS, WARMUP, lower_quartile, paired_ratio, step_times
 from mf_memopt.auto.timing import TimeTable, load_table, monotone, profile, save_table, shape_key
 from mf_memopt.estimate.measure import MeasureError
 from mf_memopt.config.source import load_source
@@ -52,9 +52,10 @@ def test_stage_assignments_are_every_distinct_count_plan():
 
 
 def test_profile_races_every_choice_against_keep():
-    """Every choice is raced in one process; its added time per layer is the median over the races of (its step
-    time - keep's in the same race) / layers, never negative; a plan's step time in a race is the lower quartile of
-    its timed steps. A race run in a slow stretch slows keep alike and moves no price."""
+    """Every choice is raced in one process; its added time per layer is (the median over the races of its step
+    over keep's step of the same batch - 1) x keep's step time / layers, never negative; keep's step time is the
+    median over the races of the lower quartile of its timed steps. A race run in a slow stretch, or a slow step
+    that slows every plan's step of that batch, moves no price."""
     races = []
     step = {"keep": 1.00, "full recompute": 1.40, "recompute attention": 1.30, "recompute feed_forward": 0.98,
             "recompute feed_forward+attention": 1.36}
@@ -64,20 +65,31 @@ def test_profile_races_every_choice_against_keep():
 
     def race(configs: list[Path], work: Path, steps: int) -> list[tuple[float, ...]]:
         races.append([path.read_text() for path in configs])
-        slow = 0.3 if len(races) == 2 else 0.0                  # race 2 ran in a slow stretch: every plan alike
+        slow = 1.3 if len(races) == 2 else 1.0                  # race 2 ran in a slow stretch: every plan alike
         extra = {"recompute attention": 0.1 * (len(races) == 2)}
-        times = [step[name] + slow + extra.get(name, 0.0) for name in races[-1]]
-        # the lower quartile of 5 steps is the second fastest: one fast outlier is not the plan's time
-        return [(base + 0.5, base - 0.3, base, base + 0.01, base + 0.02) for base in times]
+        times = [(step[name] + extra.get(name, 0.0)) * slow for name in races[-1]]
+        # step 1's batch ran 50% slower for every plan, step 2's 10% faster: the pairs keep each plan's ratio
+        return [tuple(base * factor for factor in (1.5, 0.9, 1.0, 1.01, 1.02)) for base in times]
 
     table = profile(load_source(TINY), 4, uniform, [KEEP, ATTENTION, MLP, BOTH, FULL], runs=2, race=race)
     assert len(races) == 2 and races[0] == races[1] and len(set(races[0])) == 5      # every choice in each race
     assert table.samples["keep"] == pytest.approx([1.0, 1.3]) and table.base_s == pytest.approx(1.15)
-    assert table.seconds(FULL) == pytest.approx(0.10) and table.seconds(BOTH) == pytest.approx(0.09)
-    assert table.seconds(ATTENTION) == pytest.approx((0.3 + 0.4) / 2 / 4)           # the median of the races
+    assert table.seconds(FULL) == pytest.approx(0.40 * 1.15 / 4)
+    assert table.seconds(BOTH) == pytest.approx(0.36 * 1.15 / 4)
+    assert table.seconds(ATTENTION) == pytest.approx((0.3 + 0.4) / 2 * 1.15 / 4)   # the median of the races
     assert table.seconds(MLP) == 0.0 and table.seconds(KEEP) == 0.0        # faster than keep: free, not negative
-    # the races' spread per layer: the median over the choices of (largest - smallest difference), / layers
+    # the races' spread per layer: the median over the choices of (largest - smallest ratio) x keep's time / layers
     assert table.noise_s == pytest.approx(0.0) and "raced in one process 2 time(s)" in table.source
+
+
+def test_plans_in_a_race_are_compared_step_by_step():
+    """A plan's time over another's is the median over the steps of its step over the other's step of the same
+    batch: steps that ran slow for both leave it, and one step slow for one plan alone is outvoted."""
+    anchor = (1.0, 1.0, 2.0, 2.0, 1.0)                          # steps 3 and 4 ran in a slow stretch
+    assert paired_ratio((1.1, 1.1, 2.2, 2.2, 3.0), anchor) == pytest.approx(1.1)
+    assert paired_ratio(anchor, anchor) == 1.0
+    with pytest.raises(ValueError, match="no step"):
+        paired_ratio((), anchor)
 
 
 def test_a_larger_recompute_never_costs_less_than_the_cells_it_contains():
