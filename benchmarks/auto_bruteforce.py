@@ -59,8 +59,10 @@ SEEDS = {20261126: "696e69e (the wall-clock lower quartile after the warm-up, 3 
          20261127: "8932d73 (plans raced in one process: the profile and --measure's time loop); the later "
                    "commits to mf_memopt/auto (a1028c5, cfb8093, 898fa34, the review's profile_config cleanup) "
                    "change docstrings, a comment, how the race child hands each config on and an unused "
-                   "parameter, no choice"}
-DEFAULT_SEED = 20261127
+                   "parameter, no choice",
+         20261128: "ce68fc8 (plans in a race compared step by step: the profile, --measure's time loop and the "
+                   "referee; races of 40 steps)"}
+DEFAULT_SEED = 20261128
 SHARES = (0.25, 0.5, 0.75)
 GROUP = 6                   # plans per referee race besides the anchor (a race holds each plan's compiled step,
                             # about 0.9 GB for these configs: 27 plans at once ran out of 24 GiB)
