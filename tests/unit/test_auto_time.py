@@ -205,6 +205,33 @@ def test_time_loop_races_the_plans_that_hold_the_budget_and_keeps_the_fastest(tm
     assert [item.time_s for item in timed] == pytest.approx([1.45, 1.35])
 
 
+def test_a_rival_inside_the_race_resolution_does_not_replace_the_plan(tmp_path):
+    """Plan 0 is auto's plan, priced fastest by the profile: a rival the race times faster by less than
+    RESOLUTION is not told apart from it, and the report says so; a rival faster by more than that is kept."""
+    from mf_memopt.auto.measure import RESOLUTION
+
+    plans = [(name, auto_plan(TINY, budget=budget * MiB, runtime="cpu", margin=0.0))
+             for name, budget in (("mine", 60), ("rival", 50))]
+    assert RESOLUTION == 0.05
+
+    def name_of(config: Path) -> str:
+        return next(name for name, plan in plans if plan.text == config.read_text())
+
+    def kept(rival_s: float) -> tuple[str, list[str]]:
+        lines: list[str] = []
+
+        def race(configs: list[Path], work: Path) -> list[tuple[float, ...]]:
+            return [({"mine": 1.0, "rival": rival_s}[name_of(config)],) * 5 for config in configs]
+
+        winner, _ = measure_time(plans, 60 * MiB, tmp_path, lines.append, peak=lambda config, work: 49 * MiB,
+                                 race=race, known={0: 59 * MiB})
+        return plans[winner][0], lines
+
+    name, lines = kept(0.97)                    # 3% faster in one race: within the resolution
+    assert name == "mine" and "rival ran 3.0% faster than mine: within the race's resolution (5%)" in lines[-1]
+    assert kept(0.94)[0] == "rival"             # 6% faster: kept
+
+
 def test_the_brute_force_benchmark_draws_valid_configs_from_its_seed(tmp_path):
     """benchmarks/auto_bruteforce.py draws its held-out configs from a seed alone: the same seed gives the same
     YAMLs, another seed others; each is a valid 3-layer config of its family with no recompute written, and its
