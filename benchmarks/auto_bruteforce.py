@@ -61,8 +61,9 @@ SEEDS = {20261126: "696e69e (the wall-clock lower quartile after the warm-up, 3 
                    "change docstrings, a comment, how the race child hands each config on and an unused "
                    "parameter, no choice",
          20261128: "ce68fc8 (plans in a race compared step by step: the profile, --measure's time loop and the "
-                   "referee; races of 40 steps)"}
-DEFAULT_SEED = 20261128
+                   "referee; races of 40 steps)",
+         20261129: "ac4d511 (a rival replaces auto's plan only when its race times it faster by more than 5%)"}
+DEFAULT_SEED = 20261129
 SHARES = (0.25, 0.5, 0.75)
 GROUP = 6                   # plans per referee race besides the anchor (a race holds each plan's compiled step,
                             # about 0.9 GB for these configs: 27 plans at once ran out of 24 GiB)
