@@ -30,8 +30,8 @@ ROUNDS = 3
 # A rival replaces the first plan (auto's, priced fastest by the profile) only when the race times it faster by more
 # than this. Six copies of one plan raced in one process (a 3-layer Llama, hidden 160) measured 0.970-1.037 of the
 # first copy: one race does not tell plans apart closer than that. On the brute-force benchmark's seeds 20261127
-# and 20261128, each of the four rivals kept for being 0.6-5.8% faster in its race was slower than auto's plan by
-# the referee (0.6-3.7%).
+# and 20261128, each of the four rivals kept for leading auto's plan in its race (by 0-5.8%) was slower than auto's
+# plan by the referee (by 0.6-3.7%).
 RESOLUTION = 0.05
 
 
