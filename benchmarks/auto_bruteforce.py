@@ -62,7 +62,8 @@ SEEDS = {20261126: "696e69e (the wall-clock lower quartile after the warm-up, 3 
                    "parameter, no choice",
          20261128: "ce68fc8 (plans in a race compared step by step: the profile, --measure's time loop and the "
                    "referee; races of 40 steps)",
-         20261129: "ac4d511 (a rival replaces auto's plan only when its race times it faster by more than 5%)"}
+         20261129: "ac4d511 (a rival replaces auto's plan only when its race times it faster by more than 5%); the "
+                   "later commit to mf_memopt/auto (174b27f) changes a comment"}
 DEFAULT_SEED = 20261129
 SHARES = (0.25, 0.5, 0.75)
 GROUP = 6                   # plans per referee race besides the anchor (a race holds each plan's compiled step,
