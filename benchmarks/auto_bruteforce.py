@@ -161,8 +161,8 @@ class Runs:
             finally:
                 shutil.rmtree(work, ignore_errors=True)
 
-        item = self._kept(f"{config.stem}|race|{repeat}|{steps}|{_digest(''.join(sorted(map(_digest, texts.values()))))}",
-                          measure)
+        plans = _digest("".join(sorted(map(_digest, texts.values()))))
+        item = self._kept(f"{config.stem}|race|{repeat}|{steps}|{plans}", measure)
         return item["step_s"], item["load"]
 
     def pick(self, config: Path, budget: int, choose) -> str:
@@ -274,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state", type=Path, default=Path(tempfile.gettempdir()) / "mf_memopt_auto_bruteforce")
     parser.add_argument("--fresh", action="store_true", help="forget the runs kept in --state")
     parser.add_argument("--runs", type=int, default=2, help="races of every plan compared, each in one process")
-    parser.add_argument("--steps", type=int, default=STEPS, help=f"steps of each plan in a referee race (default {STEPS})")
+    parser.add_argument("--steps", type=int, default=STEPS,
+                        help=f"steps of each plan in a referee race (default {STEPS})")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED,
                         help=f"draw the configs from this seed (default {DEFAULT_SEED}; recorded: {sorted(SEEDS)})")
     parser.add_argument("--configs", type=Path, nargs="+", help="benchmark these YAMLs instead of drawn ones")

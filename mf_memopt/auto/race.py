@@ -6,7 +6,8 @@ trains every plan, step s of each plan in turn, a slow stretch slows them all al
 step: a plan's time over another's is the median over the steps of its step over the other's step of the same batch
 (`paired_ratio`). Each step of a race spreads by about 9% around that median on a 2-core CPU, so the median of 25
 steps is good to about 1.5% (bootstrap, the brute-force benchmark's races of seven plans), and a plan's ratio moved
-between two races by 0.5-1.4% (median).
+between two races by 0.5-1.4% (median). Copies of one plan in one race are not equal, though: six copies measured
+0.970-1.037 of the first, so one race does not tell plans apart closer than about 5% (`measure.RESOLUTION`).
 
 The child (`python -m mf_memopt.auto.race --steps N --work DIR CONFIG...`) prepares each config as the launcher
 does (the checks, the context, the model built with MindFormers' own handling off and the plan applied) and lets
@@ -14,8 +15,8 @@ MindFormers' Trainer build the training cell of the YAML (its optimizer, wrapper
 training begins, before the first step. Then every step fetches one batch and trains each plan on it, in the order
 given, and prints `mf_memopt race: plan I step S wall_ms W`: the wall time of that plan's step, its loss read back
 so the step has finished. The first `WARMUP` steps of each plan are not timed (the compile, then the steps that
-run 30-50% slower while the process settles). The process's memory pool holds every plan at
-once, so a race measures no peak: peaks come from a run of the plan alone (`measure.train_peak`).
+run 30-50% slower while the process settles). The process's memory pool holds every plan at once, so a race
+measures no peak: peaks come from a run of the plan alone (`measure.train_peak`).
 """
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ def lower_quartile(values: Sequence[float]) -> float:
 def paired_ratio(plan: Sequence[float], anchor: Sequence[float]) -> float:
     """A plan's step time over the anchor's in one race: the median over the steps of (its step s / the anchor's
     step s). Step s of every plan runs back to back on one batch, so a slow stretch slows both steps of a pair
-    alike and leaves the ratio; a ratio of two lower quartiles is not paired and keeps it. On the brute-force
-    benchmark's races (seed 20261127, 40 plans raced twice), a plan's ratio moved between the two passes by 0.5%
-    and 1.4% (median, mcore Qwen3 and Llama) where the lower quartiles' ratio moved by 4.2% and 1.9%."""
+    alike and leaves the ratio; a ratio of two lower quartiles is not paired and keeps it (on the brute-force
+    benchmark's seed 20261127, a plan's ratio moved between two passes by 0.5%/1.4% paired, 4.2%/1.9% unpaired:
+    median, mcore Qwen3/Llama)."""
     pairs = [mine / theirs for mine, theirs in zip(plan, anchor) if theirs > 0]
     if not pairs:
         raise ValueError("no step of the plan pairs with a step of the anchor")
