@@ -1,6 +1,6 @@
 """Check a built wheel.
 
-`python tests/wheel_contents.py WHEEL mf_memopt/`: every .py and .json file under the package
+`python tests/wheel_contents.py WHEEL mf_memopt/`: every .py, .json and .cpp file under the package
 directory must be in the wheel (a subpackage left out of the packaging config shows up here).
 `python tests/wheel_contents.py --requirements WHEEL`: every runtime dependency the wheel
 declares is installed, at a matching version, in the running environment.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 def missing_files(wheel: Path, package: Path) -> list[str]:
     shipped = set(zipfile.ZipFile(wheel).namelist())
-    expected = sorted(str(path.relative_to(package.parent)) for pattern in ("*.py", "*.json")
+    expected = sorted(str(path.relative_to(package.parent)) for pattern in ("*.py", "*.json", "*.cpp")
                       for path in package.rglob(pattern) if "__pycache__" not in path.parts)
     return [name for name in expected if name not in shipped]
 

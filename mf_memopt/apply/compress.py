@@ -4,24 +4,33 @@ from __future__ import annotations
 
 import zlib
 
+from ..compress.choice import CodecChoice, choose_codec
 from ..config.compress_actions import CompressAction
 from ..models.compression import Compression
 from . import cells
 
 
+def codec_for(actions: list[CompressAction], device_target: str | None) -> CodecChoice | None:
+    """The codec the quantised actions will use (`compress.choice`), or None when none is quantised."""
+    if not any(action.use.method != "lossless" for action in actions):
+        return None
+    return choose_codec(device_target)
+
+
 def install(actions: list[CompressAction], compression: Compression,
-            recomputed: dict[int, set[str]] | None = None) -> list[str]:
+            recomputed: dict[int, set[str]] | None = None, codec: CodecChoice | None = None) -> list[str]:
     """Replace the cells (quantised ones first: a lossless or gated parent adopts its children as they are then)."""
     if not actions:
         return []
-    from ..compress.codec import GroupCodec
-
     for action in actions:
         if action.use.method == "lossless":
             continue
+        if codec is None:
+            raise ValueError("quantised compression needs a codec (apply.compress.codec_for)")
         bits = int(action.use.method[3:])
-        codec = GroupCodec(bits, action.use.group_size, seed=_seed(action))
-        action.replacement = compression.quantised_cell(action.obj, codec, action.use.method)
+        action.codec = codec.name
+        action.replacement = compression.quantised_cell(action.obj, codec.make(bits, action.use.group_size,
+                                                                               _seed(action)), action.use.method)
         action.parent.insert_child_to_cell(action.name, action.replacement)
     notes = []
     for action in actions:

@@ -24,7 +24,7 @@ from ..config.match import NO_MATCH, merge_layers
 from ..config.plan import Plan
 from ..config.render import formative_lines
 from . import cells
-from .compress import compress_line, install
+from .compress import codec_for, compress_line, install
 from .logs import LOGGER, layer_lines
 
 CPU_OFFLOAD_NOTE = ("Offload attributes are recorded in the compiled graph, but only the Ascend backend moves "
@@ -80,7 +80,10 @@ def apply_plan(plan: Plan, model_or_layers: Any, *, device_target: str | None = 
     preset += tuple({**mark, "path": f"mtp.layers.{index}.{mark['path']}"} for index, follower in enumerate(followers)
                     for mark in _preset(plan.layers[-1].layer, follower))
     recomputed = {actions.layer: {action.path for action in actions.recompute} for actions in per_layer}
-    notes = install([action for actions in compressed for action in actions], compression, recomputed)
+    every_compressed = [action for actions in compressed for action in actions]
+    codec = codec_for(every_compressed, device)
+    notes = install(every_compressed, compression, recomputed, codec)
+    lines += _log([codec.line()] if codec is not None else [])
     lines += _log([f"op_compress: {note}" for note in notes], logging.WARNING)
     for actions, compress in zip(per_layer, compressed):
         _execute(actions)

@@ -19,6 +19,7 @@ from mindspore.ops.auto_generate import SiLUGrad
 
 from .codec import GroupCodec
 from .codec_shape import restore_block_rows
+from .fused import FusedCodec
 
 
 class QuantisedMatMul(nn.Cell):
@@ -30,7 +31,7 @@ class QuantisedMatMul(nn.Cell):
     stop_gradient, so the quantiser's own operators get no backward.
     """
 
-    def __init__(self, codec: GroupCodec, dtype, in_channels: int):
+    def __init__(self, codec: GroupCodec | FusedCodec, dtype, in_channels: int):
         super().__init__()
         self.codec, self.dtype = codec, dtype
         self.matmul = P.MatMul(transpose_b=True)

@@ -36,7 +36,9 @@ class GroupCodec(nn.Cell):
         self.places = ms.Tensor([2 ** (bits * k) for k in range(self.per_byte)], ms.int32)
         self.uniform = ops.UniformInt(seed=seed, seed2=seed + 1)
 
-    def compress(self, x):
+    def compress(self, x, noise=None):
+        """`noise` (tests): a float32 (groups, group_size) tensor of the rounding's noise in [0, 1), used instead of
+        this codec's draws (the fused codec's agreement test feeds it the fused kernel's noise)."""
         elements = x.size
         groups = (elements + self.group_size - 1) // self.group_size
         flat = ops.reshape(ops.cast(x, ms.float32), (-1,))
@@ -51,19 +53,20 @@ class GroupCodec(nn.Cell):
             norm = ops.maximum(norm, ops.amax(ops.abs(ops.depend(grouped, norm)[start:start + step]), (0, 1), False))
         norm = ops.maximum(ops.reshape(norm, (1,)), 1e-30)
         if groups <= step:
-            return self._compress_groups(grouped, norm) + (norm,)
+            return self._compress_groups(grouped, norm, noise) + (norm,)
         packs, lows, scales = [], [], []
         for start in range(0, groups, step):
             # One block at a time, sliced only when the previous one is packed: a slice made earlier would
             # hold its float32 copy until then, and its temporaries are freed before the next one starts.
             block = (ops.depend(grouped, packs[-1]) if packs else grouped)[start:start + step]
-            packed, low, scale = self._compress_groups(block, norm)
+            given = None if noise is None else noise[start:start + step]
+            packed, low, scale = self._compress_groups(block, norm, given)
             packs.append(packed)
             lows.append(low)
             scales.append(scale)
         return ops.concat(packs), ops.concat(lows), ops.concat(scales), norm
 
-    def _compress_groups(self, grouped, norm):
+    def _compress_groups(self, grouped, norm, noise=None):
         groups = grouped.shape[0]
         low = ops.min(grouped, axis=1, keepdims=True)[0] / norm
         high = ops.max(grouped, axis=1, keepdims=True)[0] / norm
@@ -76,9 +79,10 @@ class GroupCodec(nn.Cell):
         # generator with a constant shape and no tensor input is run by the CPU runtime at the start of the step,
         # every cell's noise of every layer at once; a shape read at run time (TensorShape) ties it too, but
         # makes the kernel graph dynamic, and its pool peak over several steps grew by a third.
-        zero = ops.cast(low[0, 0] * 0.0, ms.int32)
-        draws = self.uniform((groups, self.group_size), zero, zero + _NOISE_LEVELS) - zero
-        noise = ops.cast(draws, ms.float32) * (1.0 / _NOISE_LEVELS)
+        if noise is None:
+            zero = ops.cast(low[0, 0] * 0.0, ms.int32)
+            draws = self.uniform((groups, self.group_size), zero, zero + _NOISE_LEVELS) - zero
+            noise = ops.cast(draws, ms.float32) * (1.0 / _NOISE_LEVELS)
         levels = ops.clip_by_value(ops.floor(scaled + noise), 0.0, self.levels)
         return self._pack(ops.cast(levels, ms.int32), groups), low16, scale16
 

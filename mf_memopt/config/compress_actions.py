@@ -39,6 +39,7 @@ class CompressAction:
     replacement: Any = field(default=None, repr=False)
     gate_rebuilt: bool = False     # the MLP around it keeps only what its backward cannot rebuild (`apply.compress`)
     grandparent: tuple[Any, str] | None = field(default=None, repr=False)   # (cell holding parent, its name)
+    codec: str | None = None       # "fused" or "reference": the codec a quantised cell runs (`compress.choice`)
 
     def to_dict(self) -> dict:
         result = {"layer": self.layer, "path": self.path, "method": self.use.method, "rule": self.use.origin.key,
@@ -46,6 +47,8 @@ class CompressAction:
                   if self.replacement is not None else None}
         if self.use.method != "lossless":
             result["group_size"] = self.use.group_size
+        if self.codec is not None:
+            result["codec"] = self.codec
         if self.use.offload is not None:
             result["offload"] = self.use.offload
         if self.partner_of:

@@ -68,6 +68,8 @@ def test_lossless_trains_bit_identically_with_the_same_parameter_names(tmp_path)
 
 
 def test_int8_forward_is_exact_and_training_follows_the_baseline(tmp_path):
+    from mf_memopt.compress.build import library
+
     base = _session(tmp_path, "base")
     int8 = _session(tmp_path, "int8", {"op_compress": [{"op_name": "feed_forward\\.(w1|w2|w3)", "method": "int8",
                                                          "layers": True}]})
@@ -82,9 +84,22 @@ def test_int8_forward_is_exact_and_training_follows_the_baseline(tmp_path):
     assert int8.report.log_lines[-1] == ("Set op_compress at layer 1: feed_forward.w1, method=int8, "
                                          "feed_forward.w2, method=int8, feed_forward.w3, method=int8")
     assert int8.report.to_dict()["compressed"][0] == {
-        "layer": 0, "path": "feed_forward.w1", "method": "int8", "group_size": 256,
+        "layer": 0, "path": "feed_forward.w1", "method": "int8", "group_size": 256, "codec": "fused",
         "rule": "compress_config.op_compress[0]", "line": _line(tmp_path / "int8.yaml", 0),
         "replaced_by": "CompressedLinear"}
+    assert [line for line in int8.report.log_lines if line.startswith("Compression codec: ")] == [
+        f"Compression codec: fused (C++ kernels, ops.Custom aot) for int8/int4/int2: {library().path} "
+        f"({library().compiler})"]
+
+
+def test_the_reference_codec_runs_when_asked_and_the_report_and_log_say_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("MF_MEMOPT_CODEC", "reference")
+    session = _session(tmp_path, "reference", {"op_compress": [{"op_name": W2, "method": "int4", "layers": [1]}]})
+    codec = session.network.model.layers[1].feed_forward.w2.compressed_matmul.codec
+    assert type(codec).__name__ == "GroupCodec"
+    assert [entry["codec"] for entry in session.report.to_dict()["compressed"]] == ["reference"]
+    assert ("Compression codec: reference (MindSpore graph operators) for int8/int4/int2: MF_MEMOPT_CODEC=reference"
+            in session.report.log_lines)
 
 
 def _line(path, entry):
