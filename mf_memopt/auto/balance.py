@@ -52,7 +52,7 @@ from ..estimate.memory import StageParams, ascend_moments, in_flight, stage_para
 from ..estimate.spec import ModelSpec, ParallelSpec, read_spec
 from ..estimate.transfer import Hardware
 from .choices import Choice, choice_set, footprints
-from .limits import _AWAY, _synthetic
+from .limits import AWAY, synthetic_layer
 from .planner import INFINITE, AutoPlan, InfeasibleBudget, auto_plan
 from .problem import _mtp_prints, hidden_prefetch
 from .writer import HEADER_MARK
@@ -521,8 +521,8 @@ def _probe(model, parallel, optimizer, factor: float, first: bool, last: bool, c
     """Read a stage's peak terms off the estimator's `ascend_peak` around `constant` (the parameters outside the
     decoder layers) plus `typical` layers of the last kind: each kind's cost per layer, then the rest."""
     def moments(params: StageParams, kept: int = 0, rebuilt: int = 0):
-        return ascend_moments(model, parallel, optimizer, params=params, effects=[_synthetic(kept, rebuilt)],
-                              transfers=[_AWAY], factor=factor, first=first, last=last)
+        return ascend_moments(model, parallel, optimizer, params=params, effects=[synthetic_layer(kept, rebuilt)],
+                              transfers=[AWAY], factor=factor, first=first, last=last)
 
     def peak(params: StageParams, kept: int = 0, rebuilt: int = 0):
         return moments(params, kept, rebuilt)[0]        # the start of the backward

@@ -1,31 +1,28 @@
-"""A stage's peak as a function of what its layers keep, in the shape the solver can search.
+"""A stage's peak as a function of what its layers keep, in the shape the search (`solver.py`) states as rows.
 
 * ascend: the estimator's `ascend_peak` depends on a stage's layers only through the sum of
   the bytes they keep, the largest layer rebuilt in the backward and the swapped bytes still
   on the device at the forward/backward turn (none: `auto` never swaps a layer whose
   release would fall after the turn). So the estimator's own function is called with one
-  synthetic layer carrying those sums: the planner's peak is the estimator's peak.
+  synthetic layer carrying those sums: the planner's peak is the estimator's peak, and for
+  each value of the largest rebuilt layer `kept_cap` finds, in integers, the most kept bytes
+  the budget holds.
 * cpu: the memory-pool peak is the largest of the estimator's checkpoints
   (the family's `cpu_checkpoints`: the start of the step, the end of the forward, the
   backward and the attention backward of each layer, the optimizer step). `cpu_terms` reads
-  the search's terms off those checkpoints by probing the estimator (what a layer's choice adds
-  to checkpoints after it, to its own, and to each whole-stage one; the causal mask kept once
-  when some attention is rebuilt), so a change of the estimator reaches the search without
-  being restated here; the terms are checked against the estimator on whole plans when they
-  are made (`PlannerMismatch` if the estimator grows a term of another shape), and a test
-  checks them on random plans.
-
-Both split the search into runs: ascend by the largest rebuilt layer, cpu by whether some
-attention is rebuilt. Inside a run the constraints are a cap on the bytes kept before each
-position (on cpu, lowered by what the option at that position adds to its own checkpoints),
-one on the total, and (on cpu, when the weight copies made at the start of the step depend on
-the choices) one on a second whole-stage sum.
+  the search's terms off those checkpoints by probing the estimator: what a layer's choice adds
+  to each kind of per-layer checkpoint of the layers before it, to its own, and to those of
+  the layers after it, and to each whole-stage checkpoint; and the shared term (the causal
+  mask, kept once when some attention is rebuilt). So a change of the estimator reaches the
+  search without being restated here. The terms are checked against the estimator on whole
+  plans when they are made (`PlannerMismatch` if the estimator grows a term of another shape:
+  the planner then estimates plans whole, `planner._exhaustive`), and a test checks them on
+  random plans.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..estimate.effects import LayerEffect, TensorFate
@@ -38,29 +35,16 @@ from ..models.family import ModelFamily
 INFINITE = float("inf")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Run:
-    """One part of the search: which options it admits and how its constraints read."""
-
-    admits: Callable[[object], bool]        # Option -> bool
-    prefix_cap: Callable[[int, object], float]  # (position i, Option there) -> cap on kept bytes before i
-    total_cap: float                        # kept bytes of the whole stage must be <= this
-    host_cap: float                         # swapped bytes of the whole stage must be <= this
-    extra_cap: float = INFINITE             # the options' `extra` bytes of the whole stage must be <= this
-
-
-def _no_prefix_cap(index: int, option: object) -> float:
-    return INFINITE
-
-
-def _synthetic(kept: int, rebuilt: int) -> LayerEffect:
+def synthetic_layer(kept: int, rebuilt: int) -> LayerEffect:
+    """One layer keeping `kept` bytes and rebuilding `rebuilt` in the backward: the sums a stage's peak reads."""
     tensors = (TensorFate(saved=Saved(path="kept", what="kept", nbytes=kept), fate="kept"),
                TensorFate(saved=Saved(path="rebuilt", what="rebuilt", nbytes=rebuilt), fate="recomputed"))
     return LayerEffect(layer=0, tensors=tensors, recompute_flops=0)
 
 
-_AWAY = LayerTransfer(layer=0, nbytes=0, transfer_s=0.0, forward_s=0.0, backward_s=0.0, forward_stall_s=0.0,
-                      backward_stall_s=0.0, on_device_at_turn=False)
+AWAY = LayerTransfer(layer=0, nbytes=0, transfer_s=0.0, forward_s=0.0, backward_s=0.0, forward_stall_s=0.0,
+                     backward_stall_s=0.0, on_device_at_turn=False)
+"""A swap whose tensors have left the device by the forward/backward turn (the only kind `auto` writes)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,7 +60,7 @@ class AscendStage:
 
     def peak_of(self, kept: int, rebuilt: int) -> int:
         return ascend_peak(self.model, self.parallel, self.optimizer, params=self.params,
-                           effects=[_synthetic(kept, rebuilt)], transfers=[_AWAY], factor=self.factor,
+                           effects=[synthetic_layer(kept, rebuilt)], transfers=[AWAY], factor=self.factor,
                            first=self.first, last=self.last).peak
 
     def peak(self, options: list) -> int:
@@ -85,24 +69,14 @@ class AscendStage:
     def host(self, options: list) -> int:
         return round(self.factor * sum(option.swapped for option in options))
 
-    def runs(self, rebuilt_values: set[int], budget: int, host_budget: float) -> list[Run]:
-        runs: list[Run] = []
-        caps = {rebuilt: self._kept_cap(rebuilt, budget) for rebuilt in sorted(rebuilt_values)}
-        for rebuilt, cap in caps.items():
-            if cap < 0 or any(cap == other and rebuilt < limit for limit, other in caps.items()):
-                continue   # a run with a larger limit and the same cap admits more
-            runs.append(Run(admits=lambda option, limit=rebuilt: option.rebuilt <= limit,
-                            prefix_cap=_no_prefix_cap, total_cap=cap,
-                            host_cap=host_budget / self.factor if self.factor else INFINITE))
-        return runs
-
-    def _kept_cap(self, rebuilt: int, budget: int) -> int:
+    def kept_cap(self, rebuilt: int, budget: int) -> int:
+        """The most kept bytes with the peak within `budget` when the largest layer rebuilt is `rebuilt` (-1 if
+        none): the peak grows with the kept bytes."""
         return _kept_cap(self, rebuilt, budget)
 
 
 @functools.lru_cache(maxsize=4096)
 def _kept_cap(stage: AscendStage, rebuilt: int, budget: int) -> int:
-    """The most kept bytes with peak <= budget (-1 if none): the peak grows with kept bytes."""
     if stage.peak_of(0, rebuilt) > budget:
         return -1
     low, high = 0, max(1, budget)
@@ -118,8 +92,10 @@ class PlannerMismatch(RuntimeError):
     """The estimator's cpu checkpoints no longer have the shape the search relies on."""
 
 
-def _checkpoints(family: ModelFamily, model: ModelSpec,
-                 effects: list[LayerEffect]) -> dict[tuple[str, int | None], int]:
+Key = tuple[str, int | None]
+
+
+def _checkpoints(family: ModelFamily, model: ModelSpec, effects: list[LayerEffect]) -> dict[Key, int]:
     """The estimator's cpu checkpoints by (kind, layer index or None)."""
     return {candidate.key: candidate.peak for candidate in family.cpu_checkpoints(model, effects)}
 
@@ -128,168 +104,119 @@ def _checkpoints(family: ModelFamily, model: ModelSpec,
 class CpuTerms:
     """The cpu pool peak split into what the search needs, read off the estimator's own checkpoints.
 
-    Every checkpoint is a constant of the stage plus, per layer, a term fixed by that layer's
-    choice and by where the layer sits relative to the checkpoint (a per-layer checkpoint of
-    layer i: layers before i, layer i itself, layers after i). The one term shared by layers is
-    the causal mask, counted once when some attention is rebuilt. These terms are measured by
-    calling the family's `cpu_checkpoints` on three-layer probes (one choice in the middle, the rest keep;
-    two attention-rebuilding layers for the mask) and the constants on the stage's all-keep
-    plan; `CpuStage.__post_init__` checks the result against the estimator on whole plans.
+    A per-layer checkpoint of kind k at position i is a constant of the stage (every layer keeping) plus, for
+    every layer j, a term fixed by j's choice and by where j sits: `before[k]` for j < i (what the layer keeps
+    for its backward, the weight copies it still holds, ...), `at[k]` for j = i, `after[k]` for j > i (what a
+    layer adds to every moment of the step, such as the graph's constant inputs of a recomputed cell). A
+    whole-stage checkpoint w is a constant plus `whole[w]` of every layer. The one term shared by layers is the
+    causal mask, `mask`, counted once when some attention is rebuilt. Every term is relative to "keep" (0 for
+    it). They are read by calling the family's `cpu_checkpoints` on three-layer probes (one choice in the
+    middle, the others keeping; two attention-rebuilding layers for the mask) and the constants on the stage's
+    all-keep plan; `cpu_terms` checks the result against the estimator on whole plans.
     """
 
-    kept: dict          # Choice -> bytes added to every checkpoint after the layer (shifted to >= 0)
-    extra: dict         # Choice -> bytes added to the one whole-stage checkpoint that counts otherwise
-    at: dict            # kind -> Choice -> bytes added to the layer's own checkpoint of that kind
-    constants: dict     # (kind, index or None) -> bytes with every layer keeping, kept shifted away
-    mask: dict          # (kind, index or None) -> bytes of the shared term (causal mask)
-    kept_totals: frozenset   # whole-stage checkpoints that count the `kept` bytes of every layer
-    extra_totals: frozenset  # whole-stage checkpoints that count the `extra` bytes of every layer
-    attention: dict     # Choice -> whether it rebuilds some attention tensor (the mask is then kept)
+    before: dict[str, dict]     # kind -> Choice -> bytes added to that kind's checkpoints of later layers
+    at: dict[str, dict]         # kind -> Choice -> bytes added to the layer's own checkpoint of that kind
+    after: dict[str, dict]      # kind -> Choice -> bytes added to that kind's checkpoints of earlier layers
+    whole: dict[str, dict]      # whole-stage kind -> Choice -> bytes added
+    constants: dict             # (kind, index or None) -> bytes with every layer keeping
+    mask: dict                  # (kind, index or None) -> bytes of the shared term (causal mask)
+    attention: dict             # Choice -> whether it rebuilds some attention tensor (the mask is then kept)
+
+    def checkpoints(self, choices: list) -> dict[Key, int]:
+        """Every checkpoint of the plan giving position i `choices[i]`, as the search counts it."""
+        masked = any(self.attention[choice] for choice in choices)
+        values: dict[Key, int] = {}
+        for kind in self.at:
+            before, at, after = self.before[kind], self.at[kind], self.after[kind]
+            prefix, suffix = 0, sum(after[choice] for choice in choices)
+            for index, choice in enumerate(choices):
+                suffix -= after[choice]
+                values[(kind, index)] = self._base((kind, index), masked) + prefix + at[choice] + suffix
+                prefix += before[choice]
+        for kind, by_choice in self.whole.items():
+            values[(kind, None)] = self._base((kind, None), masked) + sum(by_choice[choice] for choice in choices)
+        return values
+
+    def _base(self, key: Key, masked: bool) -> int:
+        return self.constants[key] + (self.mask[key] if masked else 0)
 
 
 def cpu_terms(family: ModelFamily, model: ModelSpec, effects: dict, attention: dict, positions: int) -> CpuTerms:
-    """`effects`: Choice -> LayerEffect (the first one is "keep"); `attention`: Choice -> bool."""
+    """`effects`: Choice -> LayerEffect (the first one is "keep"); `attention`: Choice -> bool. Raises
+    `PlannerMismatch` when the terms do not add up to the estimator's checkpoints on whole plans."""
     choices = list(effects)
     keep = choices[0]
 
-    def values(picks: list) -> dict:
+    def values(picks: list) -> dict[Key, int]:
         return _checkpoints(family, model, [effects[choice] for choice in picks])
 
     base = values([keep] * 3)
     rebuilding = [choice for choice in choices if attention[choice]]
-    mask: dict[tuple[str, int | None], int] = {key: 0 for key in base}
+    mask: dict[Key, int] = {key: 0 for key in base}
     if rebuilding:
         a = rebuilding[0]
         both, first, last = values([a, keep, a]), values([a, keep, keep]), values([keep, keep, a])
         mask = {key: first[key] + last[key] - base[key] - both[key] for key in base}
     per_layer = sorted({kind for kind, index in base if index is not None})
-    whole = sorted(kind for kind, index in base if index is None)
-    before: dict = {}
+    whole_kinds = sorted(kind for kind, index in base if index is None)
+    before: dict = {kind: {} for kind in per_layer}
     at: dict = {kind: {} for kind in per_layer}
-    totals: dict = {kind: {} for kind in whole}
+    after: dict = {kind: {} for kind in per_layer}
+    whole: dict = {kind: {} for kind in whole_kinds}
     for choice in choices:
         probe = values([keep, choice, keep])
-        shared = {key: mask[key] if attention[choice] else 0 for key in base}
-        delta = {key: probe[key] - base[key] - shared[key] for key in base}
+        delta = {key: probe[key] - base[key] - (mask[key] if attention[choice] else 0) for key in base}
         for kind in per_layer:
-            if delta[(kind, 0)]:
-                raise PlannerMismatch(f"cpu checkpoint '{kind} of layer 0' depends on a later layer's choice")
-            at[kind][choice] = delta[(kind, 1)]
-            if before.setdefault(choice, delta[(kind, 2)]) != delta[(kind, 2)]:
-                raise PlannerMismatch(f"cpu checkpoints of different kinds count a layer differently ({kind})")
-        for kind in whole:
-            totals[kind][choice] = delta[(kind, None)]
-    if not per_layer:
-        before = {choice: 0 for choice in choices}
-    shift = min(before.values())
-    kept = {choice: value - shift for choice, value in before.items()}
-    extra: dict | None = None
-    kept_totals, extra_totals = set(), set()
-    for kind in whole:
-        vector = totals[kind]
-        if all(value == before[choice] for choice, value in vector.items()):
-            kept_totals.add(kind)
-        elif any(vector.values()):
-            low = min(vector.values())
-            shifted = {choice: value - low for choice, value in vector.items()}
-            if extra is not None and shifted != extra:
-                raise PlannerMismatch("more than two whole-stage sums in the cpu checkpoints")
-            extra = shifted
-            extra_totals.add(kind)
-    extra = extra or {choice: 0 for choice in choices}
-    full = values([keep] * positions)
-    constants = {}
-    for (kind, index), value in full.items():
-        if index is not None:
-            constants[(kind, index)] = value + index * shift
-        elif kind in kept_totals:
-            constants[(kind, index)] = value + positions * shift
-        elif kind in extra_totals:
-            constants[(kind, index)] = value + positions * min(totals[kind].values())
-        else:
-            constants[(kind, index)] = value
-    mask_n = {(kind, index): mask[(kind, 1 if index is not None else None)] for kind, index in full}
-    terms = CpuTerms(kept=kept, extra=extra, at=at, constants=constants, mask=mask_n,
-                     kept_totals=frozenset(kept_totals), extra_totals=frozenset(extra_totals),
+            after[kind][choice], at[kind][choice], before[kind][choice] = (delta[(kind, index)] for index in range(3))
+        for kind in whole_kinds:
+            whole[kind][choice] = delta[(kind, None)]
+    everyone = values([keep] * positions)
+    middle = {kind: mask[(kind, 1)] for kind in per_layer}
+    terms = CpuTerms(before=before, at=at, after=after, whole=whole, constants=everyone,
+                     mask={(kind, index): mask[(kind, None)] if index is None else middle[kind]
+                           for kind, index in everyone},
                      attention=dict(attention))
     _check(family, model, terms, effects, positions)
     return terms
 
 
 def _check(family: ModelFamily, model: ModelSpec, terms: CpuTerms, effects: dict, positions: int) -> None:
-    """Whole plans of the stage (each choice everywhere; the choices in turn, both ways round) through the
-    estimator and through the terms: every checkpoint must agree, or the estimator has a term of a new shape."""
+    """Whole plans of the stage (each choice everywhere; the choices in turn, both ways round; each choice in
+    the first half and another in the second) through the estimator and through the terms: every checkpoint
+    must agree, or the estimator has a term of a new shape."""
     choices = list(effects)
-    stage = CpuStage(family=family, model=model, terms=terms, positions=positions)
     plans = [[choice] * positions for choice in choices]
     plans += [[choices[index % len(choices)] for index in range(positions)],
               [choices[-1 - index % len(choices)] for index in range(positions)]]
+    half = positions // 2
+    plans += [[first] * half + [second] * (positions - half) for first in choices for second in choices
+              if first != second]
     for plan in plans:
         expected = _checkpoints(family, model, [effects[choice] for choice in plan])
-        if stage.checkpoints(plan) != expected:
+        if terms.checkpoints(plan) != expected:
             raise PlannerMismatch("the cpu terms read off the estimator's checkpoints do not add up to its peak on "
                                   f"the plan {[choice.name for choice in plan]}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CpuStage:
-    """The cpu pool peak (`estimate.memory.cpu_pool_peak`) as the search sees it.
-
-    Options carry `kept` (bytes every later checkpoint counts) and `extra` (bytes the one
-    whole-stage checkpoint that counts a layer differently adds, e.g. the weight copies made
-    when the step starts); per-layer checkpoints also add the term of the layer's own choice,
-    which the run's `prefix_cap` folds into the cap of that position and option.
-    """
+    """The cpu pool peak (`estimate.memory.cpu_pool_peak`) as the search sees it: `terms` of a stage of
+    `positions` layers."""
 
     family: ModelFamily
     model: ModelSpec
     terms: CpuTerms
     positions: int
 
-    def _value(self, key: tuple[str, int | None], mask: bool) -> int:
-        return self.terms.constants[key] + (self.terms.mask[key] if mask else 0)
-
-    def checkpoints(self, choices: list) -> dict[tuple[str, int | None], int]:
-        """Every checkpoint of the plan giving position i `choices[i]`, as the search counts it."""
-        terms, values = self.terms, {}
-        mask = any(terms.attention[choice] for choice in choices)
-        prefix = 0
-        for index, choice in enumerate(choices):
-            for kind, by_choice in terms.at.items():
-                values[(kind, index)] = self._value((kind, index), mask) + prefix + by_choice[choice]
-            prefix += terms.kept[choice]
-        extra = sum(terms.extra[choice] for choice in choices)
-        for (kind, index) in terms.constants:
-            if index is None:
-                values[(kind, None)] = (self._value((kind, None), mask) + (prefix if kind in terms.kept_totals else 0)
-                                        + (extra if kind in terms.extra_totals else 0))
-        return values
+    def checkpoints(self, choices: list) -> dict[Key, int]:
+        return self.terms.checkpoints(choices)
 
     def peak(self, options: list) -> int:
         return max(self.checkpoints([option.choice for option in options]).values())
 
     def host(self, options: list) -> int:
         return 0
-
-    def runs(self, rebuilt_values: set[int], budget: int, host_budget: float) -> list[Run]:
-        terms, runs = self.terms, []
-        for mask in (False, True):
-            fixed = [self._value((kind, None), mask) for kind, index in terms.constants
-                     if index is None and kind not in terms.kept_totals | terms.extra_totals]
-            if any(value > budget for value in fixed):
-                continue
-            total = min([budget - self._value((kind, None), mask) for kind in terms.kept_totals], default=INFINITE)
-            extra = min([budget - self._value((kind, None), mask) for kind in terms.extra_totals], default=INFINITE)
-            caps = [{kind: budget - self._value((kind, index), mask) for kind in terms.at}
-                    for index in range(self.positions)]
-
-            def prefix_cap(index: int, option, caps=caps) -> float:
-                return min((cap - self.terms.at[kind][option.choice] for kind, cap in caps[index].items()),
-                           default=INFINITE)
-
-            runs.append(Run(admits=(lambda option: True) if mask else (lambda option: not option.attention),
-                            prefix_cap=prefix_cap, total_cap=total, host_cap=INFINITE, extra_cap=extra))
-        return runs
 
 
 def check_cpu_peak(model: ModelSpec, effects: list[LayerEffect], stage: CpuStage,

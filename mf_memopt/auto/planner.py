@@ -43,7 +43,7 @@ from ..models.family import AutoCells
 from .choices import KEEP, Choice, choice_set
 from .limits import PlannerMismatch
 from .problem import StageProblem, stage_problems
-from .solver import Option, Solution, solve_stage
+from .solver import Option, Solution, least_peak, solve_stage
 from .timing import TimeTable
 from .writer import Assignment, describe, replace_sections, sections
 
@@ -143,17 +143,18 @@ def auto_plan(config: str | Path | Document, *, budget: int | None = None, runti
     empty = all(stage.peak.peak <= target for stage in references["nothing"].stages)
     time_source = times.source if times is not None else f"FLOP model at {hardware.tflops:g} TFLOPS"
     try:
-        best = _best_family(context, families, target, host_budget)
+        best = _keep_everything(context, families["counts"], target) if empty else \
+            _best_family(context, families, target, host_budget)
     except PlannerMismatch as error:
         if runtime != "cpu":
             raise
         return _exhaustive(document, budget, target, host_budget, hardware, times, margin, references, empty,
                            resolved.source, time_source, str(error))
     if best is None:
-        family = families.get("indices", families["counts"])
-        raise InfeasibleBudget(budget, _minimum_budgets(context, family, host_budget) if minimum else {}, margin)
+        raise InfeasibleBudget(budget, _minimum_budgets(context, families, host_budget) if minimum else {}, margin)
     name, stages = best
-    stages, repairs, estimate = _repair(context, families[name], name, stages, target, host_budget)
+    stages, repairs, estimate = (stages, [], references["nothing"]) if empty else \
+        _repair(context, families[name], name, stages, target, host_budget)
     final = context.text_of(_assignment(stages), _header(name, budget, host_budget, runtime, stages, estimate,
                                                          references, context.cells, margin))
     return AutoPlan(config=str(path), runtime=runtime, budget=budget, host_budget=host_budget, family=name,
@@ -247,10 +248,18 @@ class _Context:
 
 def solve(problem: StageProblem, budget: float, host_budget: float, *, prefixes: bool,
           need_swap: bool = False) -> Solution | None:
-    rebuilt = {option.rebuilt for options in problem.positions for option in options}
-    runs = problem.limits.runs(rebuilt, int(budget), host_budget)
-    return solve_stage([list(options) for options in problem.positions], runs, prefixes=prefixes,
-                       chunk_starts=problem.chunk_starts, need_swap=need_swap)
+    return solve_stage(problem, budget, host_budget, prefixes=prefixes, need_swap=need_swap)
+
+
+def _keep_everything(context: _Context, choices: list[Choice], budget: int) -> tuple[str, list[StagePlan]]:
+    """The empty plan, when every stage's peak without recompute or swap is within the budget: answered at once,
+    without a search (no plan adds less time)."""
+    stages = []
+    for problem in context.stage_problems(choices):
+        keep = [next(option for option in options if option.choice == KEEP) for options in problem.positions]
+        stages.append(StagePlan(stage=problem.stage, layers=problem.layers, options=tuple(keep), budget=budget,
+                                searched_s=0.0))
+    return "counts", stages
 
 
 def _best_family(context: _Context, families: dict[str, list[Choice]], budget: int,
@@ -283,29 +292,8 @@ def _solve_family(context: _Context, name: str, choices: list[Choice], budget: i
         if not extra:
             return None
         found[min(extra)[1]] = swapping[min(extra)[1]]
-    return [StagePlan(stage=problem.stage, layers=problem.layers,
-                      options=item.options if name == "counts" else _grouped(item.options), budget=budget,
+    return [StagePlan(stage=problem.stage, layers=problem.layers, options=item.options, budget=budget,
                       searched_s=item.seconds) for problem, item in zip(problems, found)]
-
-
-def _grouped(options: tuple[Option, ...]) -> tuple[Option, ...]:
-    """The same options, strongest first, so that the index lists come out as runs of layers.
-
-    With layer indices a stage's peak and time depend only on which options it uses, not where
-    (every swap offered moves no more than one layer's forward can carry, whatever its place),
-    except that the last layer does not swap: it keeps an option that does not.
-    """
-    ordered = sorted(options, key=_strength)
-    if ordered and ordered[-1].choice.swaps and not options[-1].choice.swaps:
-        last = max(index for index, option in enumerate(ordered) if not option.choice.swaps)
-        ordered.append(ordered.pop(last))
-    return tuple(ordered)
-
-
-def _strength(option: Option) -> tuple:
-    choice = option.choice
-    return (not choice.full, -len(choice.select), choice.select, not choice.swaps, not choice.layer_swap,
-            choice.op_swap)
 
 
 def _repair(context: _Context, choices: list[Choice], name: str, stages: list[StagePlan], budget: int,
@@ -339,22 +327,28 @@ def _assignment(stages: list[StagePlan]) -> Assignment:
     return Assignment(choices=choices, prefetch=prefetch)
 
 
-def _minimum_budgets(context: _Context, choices: list[Choice], host_budget: float) -> dict[int, int]:
-    """Per stage, the smallest budget (to 1 MiB) the search can meet: binary search on feasibility."""
-    minimum = {}
-    prefixes = not any(choice.swaps for choice in choices)
-    for problem in context.stage_problems(choices):
-        low, high = 0, 1 << 20
-        while solve(problem, high, host_budget, prefixes=prefixes) is None:
-            low, high = high, high * 2
-            if high > 1 << 50:
-                break
-        while high - low > 1 << 20:
-            middle = (low + high) // 2
-            low, high = (low, middle) if solve(problem, middle, host_budget, prefixes=prefixes) else (middle, high)
-        found = solve(problem, high, host_budget, prefixes=prefixes)
-        minimum[problem.stage] = problem.limits.peak(list(found.options)) if found else high
-    return minimum
+def _minimum_budgets(context: _Context, families: dict[str, list[Choice]], host_budget: float) -> dict[int, int]:
+    """Per stage, the smallest peak its plan can reach, under the family that needs the smallest budget: the
+    budget the search then plans with is the largest of them (`solver.least_peak`, exact in integers). In the
+    index family some stage must swap (`_solve_family`): the one where swapping raises its minimum least."""
+    best: list[int] | None = None
+    for name, choices in families.items():
+        problems = context.stage_problems(choices)
+        prefixes = name == "counts"
+        peaks = [least_peak(problem, host_budget, prefixes=prefixes) for problem in problems]
+        if any(peak is None for peak in peaks):
+            continue
+        if name == "indices":
+            swapping = [least_peak(problem, host_budget, prefixes=False, need_swap=True) for problem in problems]
+            held = [(value, index) for index, value in enumerate(swapping) if value is not None]
+            if not held:
+                continue
+            value, index = min(held)
+            peaks[index] = max(peaks[index], value)
+        if best is None or max(peaks) < max(best):
+            best = peaks
+    return {} if best is None else {problem.stage: peak for problem, peak in
+                                    zip(context.stage_problems(next(iter(families.values()))), best)}
 
 
 def _header(family: str, budget: int, host_budget: float, runtime: str, stages: list[StagePlan],

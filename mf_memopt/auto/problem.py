@@ -10,7 +10,7 @@ from ..estimate.memory import in_flight, stage_params
 from ..estimate.spec import ModelSpec, OptimizerSpec, ParallelSpec
 from ..estimate.transfer import Hardware
 from .choices import Choice, Footprint, footprints
-from .limits import AscendStage, CpuStage, CpuTerms, cpu_terms
+from .limits import AscendStage, CpuStage, cpu_terms
 from .solver import Option
 from .timing import TimeTable
 
@@ -64,7 +64,7 @@ def stage_problems(plan: Plan, spec: tuple[ModelSpec, ParallelSpec, OptimizerSpe
                                  positions=n)
         positions = tuple(tuple(option for footprint in at[index]
                                 if (option := _option(footprint, index, n, runtime, forward[index], steps, hardware,
-                                                      terms, times)))
+                                                      times)))
                           for index in range(n))
         problems.append(StageProblem(stage=stage, layers=tuple(layer.layer for layer in members), chunk_starts=starts,
                                      positions=positions, limits=limits, compute_s=steps * 3 * sum(forward)))
@@ -102,14 +102,13 @@ def _with_followers(footprint: Footprint, followers: dict[Choice, Footprint]) ->
 
 
 def _option(footprint: Footprint, index: int, n: int, runtime: str, forward_s: float, steps: int,
-            hardware: Hardware, terms: CpuTerms | None = None, times: TimeTable | None = None) -> Option | None:
+            hardware: Hardware, times: TimeTable | None = None) -> Option | None:
     recompute_s = hardware.seconds(footprint.effect.recompute_flops)
     if times is not None:   # the profile's time is per whole step already: no micro-batch factor
         recompute_s, steps = times.seconds(footprint.choice), 1
     if runtime == "cpu":   # nothing moves on CPU: a swapped tensor stays in the pool
-        return Option(choice=footprint.choice, kept=terms.kept[footprint.choice], rebuilt=footprint.rebuilt,
-                      swapped=0, attention=footprint.attention_rebuilt, seconds=steps * recompute_s,
-                      extra=terms.extra[footprint.choice])
+        return Option(choice=footprint.choice, kept=footprint.kept, rebuilt=footprint.rebuilt, swapped=0,
+                      attention=footprint.attention_rebuilt, seconds=steps * recompute_s)
     if not footprint.choice.swaps:
         return Option(choice=footprint.choice, kept=footprint.kept, rebuilt=footprint.rebuilt, swapped=0,
                       attention=footprint.attention_rebuilt, seconds=steps * recompute_s)
@@ -117,10 +116,9 @@ def _option(footprint: Footprint, index: int, n: int, runtime: str, forward_s: f
                                hardware.operators_per_layer)
     if prefetch is None or not footprint.swapped:
         return None
-    # A nanosecond per second of host traffic breaks ties toward swapping less.
+    # the swap is hidden: it adds no time (the search breaks ties toward swapping less)
     return Option(choice=footprint.choice, kept=footprint.kept, rebuilt=footprint.rebuilt, swapped=footprint.swapped,
-                  attention=footprint.attention_rebuilt,
-                  seconds=steps * recompute_s + 1e-9 * hardware.transfer(footprint.swapped), prefetch=prefetch)
+                  attention=footprint.attention_rebuilt, seconds=steps * recompute_s, prefetch=prefetch)
 
 
 def hidden_prefetch(transfer_s: float, index: int, n: int, forward_s: float, operators: int) -> int | None:
