@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..config.plan import LayerPlan, SwapUse, Use
 from ..config.rules import Origin
-from ..estimate.effects import LayerEffect, layer_effect
+from ..estimate.effects import LayerEffect, layer_effect, with_kept_communication
 from ..estimate.inventory import Op, Saved
 from ..models.family import AutoCells, ModelFamily
 
@@ -112,12 +112,16 @@ class Footprint:
 
 
 def footprints(choices: tuple[Choice, ...], inventory: list[Saved], ops: list[Op],
-               family: ModelFamily) -> tuple[Footprint, ...]:
-    """Each choice's effect on a layer (all layers of a model have the same tensors)."""
+               family: ModelFamily, communication: list[Saved] | tuple = ()) -> tuple[Footprint, ...]:
+    """Each choice's effect on a layer (all layers of a model have the same tensors), as the estimator counts it:
+    `communication`, the outputs of the tensor-parallel communication a fully recomputed layer keeps
+    (`estimate.effects.keeps_communication`), added to full recompute."""
     prints = []
     for choice in choices:
         effect = layer_effect(choice.layer_plan(0, 0, 0), inventory, ops, family.cell_outputs,
                               family.primitive_recompute)
+        if choice.full and communication:
+            effect = with_kept_communication(effect, list(communication))
         rebuilt = any(item.fate == "recomputed" and item.saved.path.startswith(family.auto_cells.attention_prefix)
                       for item in effect.tensors)
         prints.append(Footprint(choice=choice, effect=effect, attention_rebuilt=rebuilt))

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ..config.plan import Plan
+from ..estimate.effects import keeps_communication
 from ..estimate.memory import in_flight, stage_params
 from ..estimate.spec import ModelSpec, OptimizerSpec, ParallelSpec
 from ..estimate.transfer import Hardware
@@ -32,7 +33,8 @@ def stage_problems(plan: Plan, spec: tuple[ModelSpec, ParallelSpec, OptimizerSpe
     model, parallel, optimizer = spec
     family = plan.family
     ops = {kind: family.layer_ops(kind, parallel) for kind in model.layer_kinds}
-    kinds = {kind: footprints(choices, family.inventory(kind, parallel, runtime), ops[kind], family)
+    kinds = {kind: footprints(choices, family.inventory(kind, parallel, runtime), ops[kind], family,
+                              communication(plan, kind, parallel, runtime))
              for kind in model.layer_kinds}
     seconds = {kind: hardware.seconds(sum(op.flops for op in ops[kind])) for kind in model.layer_kinds}
     mtp = _mtp_prints(plan, model, parallel, choices, runtime, hardware)
@@ -62,9 +64,12 @@ def stage_problems(plan: Plan, spec: tuple[ModelSpec, ParallelSpec, OptimizerSpe
                                                      last),
                                  factor=in_flight(stage, parallel, plan.layout.chunks), first=first, last=last,
                                  positions=n)
+        remaining = [0.0] * n       # forward seconds after each position (the MTP layers' included)
+        for index in range(n - 2, -1, -1):
+            remaining[index] = remaining[index + 1] + forward[index + 1]
         positions = tuple(tuple(option for footprint in at[index]
-                                if (option := _option(footprint, index, n, runtime, forward[index], steps, hardware,
-                                                      times)))
+                                if (option := _option(footprint, runtime, forward[index], remaining[index], steps,
+                                                      hardware, times)))
                           for index in range(n))
         problems.append(StageProblem(stage=stage, layers=tuple(layer.layer for layer in members), chunk_starts=starts,
                                      positions=positions, limits=limits, compute_s=steps * 3 * sum(forward)))
@@ -78,9 +83,18 @@ def _mtp_prints(plan: Plan, model: ModelSpec, parallel: ParallelSpec, choices: t
         return None
     family = plan.family
     ops = family.mtp_ops(model, parallel)
-    prints = footprints(choices, family.mtp_inventory(model, parallel, runtime), ops, family)
+    prints = footprints(choices, family.mtp_inventory(model, parallel, runtime), ops, family,
+                        communication(plan, model, parallel, runtime))
     return ({footprint.choice: _times(footprint, model.mtp_layers) for footprint in prints},
             model.mtp_layers * hardware.seconds(sum(op.flops for op in ops)))
+
+
+def communication(plan: Plan, kind: ModelSpec, parallel: ParallelSpec, runtime: str) -> list:
+    """What a fully recomputed layer of `kind` keeps of its tensor-parallel communication, as the estimator counts
+    it for the plan's options (the written YAML keeps `mp_comm_recompute` as it was)."""
+    if not keeps_communication(plan.rules.options.mp_comm_recompute, parallel, runtime):
+        return []
+    return plan.family.kept_communication(kind, parallel)
 
 
 def _times(footprint: Footprint, count: int) -> Footprint:
@@ -101,7 +115,7 @@ def _with_followers(footprint: Footprint, followers: dict[Choice, Footprint]) ->
                    rebuilt_at_once=max(footprint.rebuilt, other.rebuilt))
 
 
-def _option(footprint: Footprint, index: int, n: int, runtime: str, forward_s: float, steps: int,
+def _option(footprint: Footprint, runtime: str, forward_s: float, remaining_s: float, steps: int,
             hardware: Hardware, times: TimeTable | None = None) -> Option | None:
     recompute_s = hardware.seconds(footprint.effect.recompute_flops)
     if times is not None:   # the profile's time is per whole step already: no micro-batch factor
@@ -112,7 +126,7 @@ def _option(footprint: Footprint, index: int, n: int, runtime: str, forward_s: f
     if not footprint.choice.swaps:
         return Option(choice=footprint.choice, kept=footprint.kept, rebuilt=footprint.rebuilt, swapped=0,
                       attention=footprint.attention_rebuilt, seconds=steps * recompute_s)
-    prefetch = hidden_prefetch(hardware.transfer(footprint.swapped), index, n, forward_s,
+    prefetch = hidden_prefetch(hardware.transfer(footprint.swapped), forward_s, remaining_s,
                                hardware.operators_per_layer)
     if prefetch is None or not footprint.swapped:
         return None
@@ -121,18 +135,23 @@ def _option(footprint: Footprint, index: int, n: int, runtime: str, forward_s: f
                   attention=footprint.attention_rebuilt, seconds=steps * recompute_s, prefetch=prefetch)
 
 
-def hidden_prefetch(transfer_s: float, index: int, n: int, forward_s: float, operators: int) -> int | None:
-    """The backward_prefetch that hides a swap at position `index` of `n`, or None if none can.
+def hidden_prefetch(transfer_s: float, forward_s: float, remaining_s: float, operators: int) -> int | None:
+    """The backward_prefetch that hides a swap of a layer whose forward takes `forward_s`, with `remaining_s` of
+    forward after it in its stage, or None if none can.
 
     In the estimator's timeline (`estimate/transfer.py`) the copy to the host starts when the
-    layer's forward ends and the release `prefetch` operators later waits for it; the copy back
-    starts `prefetch` operators before the layer's backward (twice the forward, or more). A swap
-    is offered only when its copy takes no longer than one layer's forward: then the copy is done
-    before the next layer's copy starts, in both directions, so no copy queues behind another and
-    the prefetch covering the copy hides it completely (no stall; the search's time is the
-    estimator's). The release must also come before the forward/backward turn, or the tensor
-    never leaves the device: the last layer of a stage is never swapped.
+    layer's forward ends and the release `prefetch` operators later (`prefetch` x forward / operators
+    per layer) waits for it; the copy back starts `prefetch` operators before the layer's backward
+    (twice the forward, or more). A swap is offered only when its copy takes no longer than one
+    layer's forward: then the copy is done before the next layer's copy starts, in both directions,
+    so no copy queues behind another and the prefetch covering the copy hides it completely (no
+    stall; the search's time is the estimator's). The release must also come strictly before the
+    forward/backward turn, or the tensor never leaves the device: never on a stage's last layer,
+    and on the one before it only when the release comes before the last layer's forward ends.
     """
-    if transfer_s > forward_s or index >= n - 1 or forward_s <= 0:
+    if transfer_s > forward_s or forward_s <= 0:
         return None
-    return max(1, math.ceil(transfer_s * operators / forward_s - 1e-9))
+    prefetch = max(1, math.ceil(transfer_s * operators / forward_s - 1e-9))
+    if prefetch * forward_s / operators >= remaining_s * (1 - 1e-9):
+        return None
+    return prefetch

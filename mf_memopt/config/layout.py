@@ -118,6 +118,7 @@ def layout_from(source: Source, keys: ModelKeys, issues: list[ConfigIssue]) -> L
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (num_layers, stages, chunks)):
         return None  # the schema has already reported it
     _reject_unsupported_scheduler(source, issues)
+    _reject_seq_split(source, stages, issues)
     num_layers, counted = _laid_out(source, keys, num_layers)
     why = {"stages_why": _stages_why(source), "chunks_why": _chunks_why(source, keys, chunks), "counted": counted}
     sizes = _chunk_sizes(source, keys, num_layers, stages, chunks, offset, issues, why)
@@ -175,6 +176,27 @@ def _reject_unsupported_scheduler(source: Source, issues: list[ConfigIssue]) -> 
     if source.get(path) == "zero_bubble_v":
         issues.append(source.issue(path, "the zero_bubble_v layer order is not supported by the planner",
                                    "use the 1f1b scheduler, or plan without pipeline interleave"))
+
+
+SEQ_SPLIT: KeyPath = ("parallel_config", "seq_split_num")
+
+
+def _reject_seq_split(source: Source, stages: int, issues: list[ConfigIssue]) -> None:
+    """What MindFormers' trainer refuses when it wraps a pipeline model in `SequenceSplit` (seq_split_num > 1): its
+    mcore models (use_legacy: False), and full recompute: any `recompute` Python reads as true, `[0, 0]` included
+    (`base_trainer.py`, "When using seq pipe, cannot apply full recompute")."""
+    split = source.get(SEQ_SPLIT, 1)
+    if not (isinstance(split, int) and split > 1 and stages > 1):
+        return
+    if source.get(("use_legacy",), True) is False:
+        issues.append(source.issue(SEQ_SPLIT, f"seq_split_num is {split}, which MindFormers refuses for its mcore "
+                                   "models (use_legacy: False): \"seq_split_num > 1, is not supported when "
+                                   "use_legacy=False\"", "set parallel_config.seq_split_num: 1"))
+    if source.get(("recompute_config", "recompute"), False):
+        issues.append(source.issue(("recompute_config", "recompute"), f"seq_split_num is {split} (seq pipe), and "
+                                   "MindFormers refuses full recompute then, whatever the counts (it tests "
+                                   "`recompute` for truth: [0, 0] is refused too)",
+                                   "set recompute_config.recompute: False, or parallel_config.seq_split_num: 1"))
 
 
 def _chunk_sizes(source: Source, keys: ModelKeys, num_layers: int, stages: int, chunks: int, offset: Any,

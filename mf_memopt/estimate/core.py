@@ -11,9 +11,8 @@ from ..config.plan import LayerPlan, Plan
 from ..config.source import Source
 from .budget import device_budget
 from .compress import compress_effect
-from .effects import LayerEffect, TensorFate, layer_effect
-from .inventory import Saved
-from .memory import StagePeak, ascend_peak, cpu_pool_peak, in_flight, stage_params
+from .effects import LayerEffect, keeps_communication, layer_effect, with_kept_communication
+from .memory import StagePeak, ascend_peak, cpu_pool_peak, in_flight, seqpipe_note, stage_params
 from .spec import ModelSpec, OptimizerSpec, ParallelSpec, read_spec
 from .step import StepForm, step_form
 from .transfer import UNSOURCED, Hardware, LayerTransfer, swap_timeline
@@ -131,15 +130,14 @@ def _estimate(plan: Plan, model: ModelSpec, parallel: ParallelSpec, optimizer: O
     family = plan.family
     element_bytes = 4 if runtime == "cpu" else model.compute_bytes
     compression = family.compression if any(layer.op_compress for layer in plan.layers) else None
-    keeps_communication = (runtime == "ascend" and parallel.tensor > 1
-                           and plan.rules.options.mp_comm_recompute is False)
+    keeps = keeps_communication(plan.rules.options.mp_comm_recompute, parallel, runtime)
 
     def effect_of(layer: LayerPlan, inventory: list, ops: list, kind: ModelSpec) -> tuple[LayerEffect, int]:
         """The layer's effect under its plan, and its forward FLOPs."""
         effect = compress_effect(layer, layer_effect(layer, inventory, ops, family.cell_outputs,
                                                      family.primitive_recompute), compression, element_bytes, model)
-        if keeps_communication and layer.full_recompute is not None:
-            effect = _with_kept_communication(effect, family.kept_communication(kind, parallel))
+        if keeps and layer.full_recompute is not None:
+            effect = with_kept_communication(effect, family.kept_communication(kind, parallel))
         return effect, sum(op.flops for op in ops)
 
     kinds = {kind: (family.inventory(kind, parallel, runtime), family.layer_ops(kind, parallel))
@@ -169,16 +167,10 @@ def _estimate(plan: Plan, model: ModelSpec, parallel: ParallelSpec, optimizer: O
     notes = sorted({note for effect, _ in units.values() for note in effect.notes})
     if runtime == "cpu":
         notes += runtime_version_notes(family.cpu_measured_on)
+    elif seqpipe_note(parallel):
+        notes.append(seqpipe_note(parallel))
     return Estimate(config=plan.file, runtime=runtime, hardware=hardware, model=model, parallel=parallel,
                     stages=tuple(stages), layers=tuple(layers), notes=tuple(notes))
-
-
-def _with_kept_communication(effect: LayerEffect, kept_outputs: list[Saved]) -> LayerEffect:
-    """A fully recomputed layer under `mp_comm_recompute: False`: the outputs of its tensor-parallel communication
-    kept for the backward (the family's `kept_communication`; the mcore family counts them)."""
-    kept = tuple(TensorFate(saved=saved, fate="kept", rule="recompute_config.mp_comm_recompute")
-                 for saved in kept_outputs)
-    return replace(effect, tensors=effect.tensors + kept)
 
 
 def _stage(model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSpec, plan: Plan, stage: int,

@@ -152,3 +152,17 @@ def _swap_of(plan: LayerPlan, path: str) -> SwapUse | None:
         if _named(use.pattern, path) is not None:
             return use
     return plan.layer_swap
+
+
+def keeps_communication(mp_comm_recompute: bool | None, parallel, runtime: str) -> bool:
+    """Whether a fully recomputed layer keeps the outputs of its tensor-parallel communication for the backward:
+    on the ascend runtime, with tensor parallelism and `mp_comm_recompute: False`."""
+    return runtime == "ascend" and parallel.tensor > 1 and mp_comm_recompute is False
+
+
+def with_kept_communication(effect: LayerEffect, kept_outputs: list[Saved]) -> LayerEffect:
+    """A fully recomputed layer under `mp_comm_recompute: False`: the outputs of its tensor-parallel communication
+    kept for the backward (the family's `kept_communication`; the mcore family counts them)."""
+    kept = tuple(TensorFate(saved=saved, fate="kept", rule="recompute_config.mp_comm_recompute")
+                 for saved in kept_outputs)
+    return replace(effect, tensors=effect.tensors + kept)

@@ -73,13 +73,44 @@ class StagePeak:
 
 
 def in_flight(stage: int, parallel: ParallelSpec, chunks: int) -> float:
-    """Micro-batches of activations a stage holds at its peak, in units of the whole stage."""
-    if parallel.pipeline == 1:
+    """Micro-batches of activations a stage holds at its peak, in units of the whole stage: the forward units
+    MindSpore's pipeline scheduler runs on the stage before its first backward, plus the one whose backward comes
+    first (C++ frontend, `pipeline_transformer/pipeline_scheduler.cc` and `seqpipe_scheduler.cc`).
+
+    * 1F1B: min(m, pp - stage) micro-batches.
+    * Interleaved 1F1B with v chunks (`InterleavedScheduler::Reorder`, its `bias` and `offset_ = m % pp`):
+      (pp - stage - 1) x 2 + (v - 1) x (pp + m % pp) + 1 chunk-sized units, at most m x v.
+    * seqpipe (`SeqpipeScheduler`: each micro-batch split into S = seq_split_num sequence chunks; its warm-up in
+      `ExtractDataStruct`): (pp - stage - 1) x b + (v - 1) x c0 x S + S units of one chunk and one sequence chunk, at
+      most m x v x S, where b is 1 without interleave and 2 with it, and c0 the micro-batches of its first cycle
+      (`ComputeCycleList`: m when m < pp, else pp plus its share of the m % pp left over, spread over the m // pp
+      cycles). With S = 1 and m a multiple of pp it is the interleaved count. A unit is counted as 1 / (v x S) of the
+      stage's activations (see `seqpipe_note` for what that leaves out).
+    """
+    pp, m = parallel.pipeline, parallel.micro_batches
+    if pp == 1:
         return 1.0
+    if parallel.scheduler == "seqpipe":
+        split = parallel.seq_split
+        cycles, left = divmod(m, pp)
+        first = m if m < pp else pp + -(-left // cycles)
+        bias = 1 if chunks == 1 else 2
+        units = (pp - stage - 1) * bias + (chunks - 1) * first * split + split
+        return min(m * chunks * split, units) / (chunks * split)
     if chunks == 1:
-        return float(min(parallel.micro_batches, parallel.pipeline - stage))
-    units = (parallel.pipeline - stage - 1) * 2 + (chunks - 1) * parallel.pipeline + 1
-    return min(parallel.micro_batches * chunks, units) / chunks
+        return float(min(m, pp - stage))
+    units = (pp - stage - 1) * 2 + (chunks - 1) * (pp + m % pp) + 1
+    return min(m * chunks, units) / chunks
+
+
+def seqpipe_note(parallel: ParallelSpec) -> str | None:
+    """What the estimate leaves out under seq pipe (seq_split_num > 1), said once in the report."""
+    if parallel.scheduler != "seqpipe" or parallel.seq_split == 1 or parallel.pipeline == 1:
+        return None
+    return (f"seq pipe (seq_split_num {parallel.seq_split}): the micro-batches in flight are MindSpore's seqpipe "
+            "scheduler's, each sequence chunk counted as 1/seq_split_num of a micro-batch; its attention keeps the "
+            "whole sequence's keys and values (MindFormers' key/value caches), which are counted at that share too, "
+            "and the caches themselves are not counted")
 
 
 @dataclass(frozen=True, slots=True)

@@ -229,6 +229,8 @@ class ParallelSpec:
     optimizer_shard_size: int = -1  # parallel_optimizer_config.optimizer_weight_shard_size (-1: the whole group)
     accumulation_shard: bool = False  # parallel_optimizer_config.gradient_accumulation_shard: accu_grads split too
     optimizer_level: str = "level1"  # parallel_optimizer_config.optimizer_level (MindSpore's default level1)
+    scheduler: str = "1f1b"     # parallel.pipeline_config.pipeline_scheduler
+    seq_split: int = 1          # parallel_config.seq_split_num: seq pipe splits each micro-batch's sequence
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -282,7 +284,9 @@ def _parallel(source: Source) -> ParallelSpec:
         grad_accumulation=accumulation(source)[0], expert=config.get("expert_parallel", 1) or 1,
         optimizer_shard_size=_int(source.get(OPTIMIZER_CONFIG + ("optimizer_weight_shard_size",), -1), -1),
         accumulation_shard=source.get(OPTIMIZER_CONFIG + ("gradient_accumulation_shard",), False) is True,
-        optimizer_level=str(source.get(OPTIMIZER_CONFIG + ("optimizer_level",), "level1")))
+        optimizer_level=str(source.get(OPTIMIZER_CONFIG + ("optimizer_level",), "level1")),
+        scheduler=str(source.get(("parallel", "pipeline_config", "pipeline_scheduler"), "1f1b")),
+        seq_split=max(1, _int(config.get("seq_split_num", 1), 1)))
 
 
 OPTIMIZER_CONFIG = ("parallel", "parallel_optimizer_config")

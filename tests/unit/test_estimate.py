@@ -141,6 +141,27 @@ def test_pipeline_in_flight_micro_batches(micro_batches, chunks, expected):
     assert [in_flight(stage, parallel, chunks) for stage in range(4)] == expected
 
 
+def test_interleaved_in_flight_counts_the_micro_batches_left_over_a_multiple_of_the_stages():
+    """MindSpore's interleaved scheduler starts each stage with (pp + m % pp) x (v - 1) more units, not pp x (v - 1):
+    10 micro-batches on 4 stages, 2 chunks."""
+    parallel = ParallelSpec(pipeline=4, micro_batches=10)
+    assert [in_flight(stage, parallel, 2) for stage in range(4)] == [6.5, 5.5, 4.5, 3.5]
+
+
+def test_seqpipe_in_flight_follows_its_warm_up():
+    """seqpipe's warm-up (`SeqpipeScheduler`): (pp - s - 1) x 2 + (v - 1) x c0 x S + S units of a chunk and a
+    sequence chunk, c0 the first cycle's micro-batches: DeepSeek-V3 671B's layout with 30 micro-batches split into 4
+    (c0 = 8 + ceil(6 / 3) = 10) holds 58 units on stage 0, 44 on stage 7, each 1/8 of the stage's activations. With
+    one sequence chunk and a multiple of the stages it is the interleaved count, and without interleave 1F1B's."""
+    split = ParallelSpec(pipeline=8, micro_batches=30, scheduler="seqpipe", seq_split=4)
+    assert [in_flight(stage, split, 2) for stage in range(8)] == [7.25, 7.0, 6.75, 6.5, 6.25, 6.0, 5.75, 5.5]
+    whole = ParallelSpec(pipeline=8, micro_batches=32, scheduler="seqpipe")
+    assert [in_flight(stage, whole, 2) for stage in range(8)] == \
+           [in_flight(stage, ParallelSpec(pipeline=8, micro_batches=32), 2) for stage in range(8)]
+    assert [in_flight(stage, ParallelSpec(pipeline=4, micro_batches=8, scheduler="seqpipe"), 1)
+            for stage in range(4)] == [4, 3, 2, 1]
+
+
 def test_parameters_per_stage_and_rank():
     llama2_7b = ModelSpec(num_layers=32, hidden=4096, heads=32, kv_heads=32, ffn=11008, vocab=32000, seq=4096,
                           batch=1, compute_bytes=2, param_bytes=2, softmax_bytes=2, flash_attention=True)
