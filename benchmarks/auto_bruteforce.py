@@ -182,6 +182,7 @@ def bench(config: Path, runs: Runs, passes: int, steps: int, log) -> dict:
     from mf_memopt.auto.race import lower_quartile, paired_ratio
     from mf_memopt.auto.space import PlanSpace, cached_or_profiled
     from mf_memopt.auto.writer import Assignment
+    from mf_memopt.config.load import load_document
 
     space = PlanSpace(config)
     context = space.context
@@ -214,7 +215,7 @@ def bench(config: Path, runs: Runs, passes: int, steps: int, log) -> dict:
             def plan_for(target: int):
                 return auto_plan(config, budget=target, runtime="cpu", margin=0.0, times=times)
 
-            _, plan, _ = measure_plan(config, plan_for, budget, times,
+            _, plan, _ = measure_plan(load_document(config), plan_for, budget, times,
                                       report=lambda line: log(f"  auto {budget / MiB:.0f} MiB: {line}"))
             return space.candidate(tuple(option.choice for stage in plan.stages for option in stage.options)).name
 

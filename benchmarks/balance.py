@@ -42,7 +42,7 @@ def main() -> int:
             budget = result.budget
         except InfeasibleBudget as error:
             budget = error.budget
-            smallest = error.minimum[error.binding]
+            smallest = error.smallest
             print(f"\n{name}: infeasible at {human(budget)}; the smallest budget that works: {human(smallest)} "
                   f"(answered in {time.perf_counter() - started:.2f} s)")
             budget, mark = smallest, "*"

@@ -278,7 +278,18 @@ def _auto(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .auto import InfeasibleBudget, auto_plan
-    from .auto.report import auto_json, auto_text, infeasible_json, infeasible_text
+    from .auto.limits import PlannerMismatch
+    from .auto.measure import TightenedInfeasible, holds
+    from .auto.milp import SolverError
+    from .auto.report import (
+        auto_json,
+        auto_text,
+        infeasible_json,
+        infeasible_text,
+        measure_json,
+        measure_text,
+        timed_json,
+    )
     from .estimate import Hardware
     from .estimate.measure import MeasureError
     from .estimate.report import parse_size
@@ -293,6 +304,10 @@ def _auto(args: argparse.Namespace) -> int:
         host = _positive_size("--host-memory", args.host_memory, parse_size) if args.host_memory else float("inf")
     except ValueError as error:
         print(f"auto: {error}", file=sys.stderr)
+        return 2
+    if args.balance and (args.runtime != "ascend" or args.measure):
+        print("auto: --balance plans pipeline stages, which the ascend runtime models: use it without --runtime cpu "
+              "and --measure", file=sys.stderr)
         return 2
     if args.measure and args.runtime != "cpu":
         print("auto: --measure trains the plan on this machine's CPU launcher: use it with --runtime cpu",
@@ -337,10 +352,18 @@ def _auto(args: argparse.Namespace) -> int:
     except MeasureError as error:
         print(f"auto --measure: {error}", file=sys.stderr)
         return 1
+    except TightenedInfeasible as error:
+        print(f"auto --measure: {error}", file=sys.stderr)
+        if args.json:
+            print(json.dumps({**infeasible_json(error.error), "measure": measure_json(error.rounds)}, indent=2))
+        return 1
     except InfeasibleBudget as error:
         print(infeasible_text(error), file=sys.stderr)
         if args.json:
             print(json.dumps(infeasible_json(error), indent=2))
+        return 1
+    except (SolverError, PlannerMismatch) as error:
+        print(f"auto: {error}", file=sys.stderr)
         return 1
     if output and (not args.measure or timed):
         output.write_text(result.text, encoding="utf-8")
@@ -348,26 +371,15 @@ def _auto(args: argparse.Namespace) -> int:
         data = auto_json(result)
         data["output"] = str(output) if output else None
         if args.measure:
-            data["measure"] = [{"round": item.number, "planned_for_bytes": item.planned_for,
-                                "predicted_peak_bytes": item.predicted, "measured_peak_bytes": item.measured}
-                               for item in rounds]
-            data["timed"] = [{"plan": item.name, "peak_bytes": item.peak, "step_seconds": item.time_s,
-                              "race_step_seconds": list(item.times), "kept": item.plan is result} for item in timed]
+            data["measure"] = measure_json(rounds)
+            data["timed"] = timed_json(timed, result)
         print(json.dumps(data, indent=2))
     else:
         print(auto_text(result))
         if args.measure:
-            from .estimate.report import human
-
-            last = rounds[-1]
-            verdict = "within" if last.measured <= budget else "over"
-            print(f"measured after {len(rounds)} round(s): the plan made for {human(last.planned_for)} peaks at "
-                  f"{human(last.measured)} in the memory pool, {verdict} the {human(budget)} budget")
-            for item in timed:
-                print(f"{'kept' if item.plan is result else 'rival'}: {item.name}: pool peak {human(item.peak)}, "
-                      f"step {item.time_s * 1e3:.0f} ms (median of {len(item.times)} race(s))")
+            print(measure_text(rounds, timed, result, budget))
         print(f"written to {output}" if output else "(no --output: the YAML was not written)")
-    if args.measure and not timed and rounds[-1].measured > budget:
+    if args.measure and not timed and not holds(rounds[-1].measured, budget):
         print(f"auto: still over the budget after {len(rounds)} rounds", file=sys.stderr)
         return 1
     return 0
@@ -376,8 +388,10 @@ def _auto(args: argparse.Namespace) -> int:
 def _measure(args: argparse.Namespace, document, plan_for, budget: int, output, times):
     """--measure: the peak rounds, then the time loop (the plan and its nearest rivals raced in one process)."""
     from .auto.measure import measure_plan
+    from .estimate import Hardware
 
-    rounds, plan, timed = measure_plan(document, plan_for, budget, times, rivals=args.rivals,
+    hardware = Hardware(device_memory=budget, tflops=args.tflops, host_gbps=args.host_bandwidth)
+    rounds, plan, timed = measure_plan(document, plan_for, budget, times, rivals=args.rivals, hardware=hardware,
                                        runs=args.timing_runs, report=lambda line: print(line, file=sys.stderr))
     if output and not timed:
         output.write_text(plan.text, encoding="utf-8")
@@ -388,13 +402,10 @@ def _auto_balance(args: argparse.Namespace, budget: int, host: float, margin: fl
     from .auto import InfeasibleBudget
     from .auto.balance import balance_plan
     from .auto.balance_report import balance_infeasible_text, balance_json, balance_text
+    from .auto.milp import SolverError
     from .auto.report import infeasible_json
     from .estimate import Hardware
 
-    if args.runtime != "ascend" or args.measure:
-        print("auto: --balance plans pipeline stages, which the ascend runtime models: use it without --runtime cpu "
-              "and --measure", file=sys.stderr)
-        return 2
     try:
         result = balance_plan(args.config, budget=budget, host_budget=host, margin=margin,
                               hardware=Hardware(device_memory=budget, tflops=args.tflops,
@@ -403,8 +414,10 @@ def _auto_balance(args: argparse.Namespace, budget: int, host: float, margin: fl
     except InfeasibleBudget as error:
         print(balance_infeasible_text(error), file=sys.stderr)
         if args.json:
-            print(json.dumps({**infeasible_json(error), "smallest_budget_bytes": error.minimum[error.binding]},
-                             indent=2))
+            print(json.dumps(infeasible_json(error), indent=2))
+        return 1
+    except SolverError as error:
+        print(f"auto --balance: {error}", file=sys.stderr)
         return 1
     if output:
         output.write_text(result.text, encoding="utf-8")

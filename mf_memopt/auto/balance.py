@@ -39,8 +39,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import lil_matrix
 
 from ..config.errors import ConfigIssue, raise_if_errors
 from ..config.layout import Layout
@@ -53,13 +51,12 @@ from ..estimate.spec import ModelSpec, ParallelSpec, read_spec
 from ..estimate.transfer import Hardware
 from .choices import Choice, choice_set, footprints
 from .limits import AWAY, synthetic_layer
-from .planner import INFINITE, AutoPlan, InfeasibleBudget, auto_plan
-from .problem import _mtp_prints, hidden_prefetch
+from .milp import MIB, TIME_LIMIT_S, Linear, Program, SolverError
+from .planner import INFINITE, AutoPlan, InfeasibleBudget, auto_plan, budget_for
+from .problem import _mtp_prints, communication, hidden_prefetch
 from .writer import HEADER_MARK
 
 REPAIRS = 3
-TIME_LIMIT_S = 30.0     # per programme; the shipped configs solve in about a second
-_MIB = 1 << 20
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,6 +91,7 @@ class Balanced:
     balanced: PipelinePlan      # the chosen offsets with the exact plan for them
     plan: AutoPlan              # the exact search's result for the chosen offsets
     layout: str                 # "balanced" or "as written": which offsets won
+    why: str                    # why the layout as written won ("" when the balanced one did)
     wall_s: float               # planning time, reading the YAML included
     text: str                   # the written YAML: the plan's, with the layout's lines on top of its header
     notes: tuple[str, ...] = ()
@@ -109,8 +107,8 @@ def balance_plan(config: str | Path | Document, *, budget: int | None = None, ho
                  output_name: str | None = None) -> Balanced:
     """Choose offsets and the recompute/swap plan of `config` for the least predicted step time with every
     stage's peak within `budget` bytes (ascend runtime; without it, the YAML's: `estimate.budget.device_budget`);
-    raises `InfeasibleBudget` (the smallest budget that works, per stage) or `ConfigError`. `config`: a path (read
-    here) or a document already read."""
+    raises `InfeasibleBudget` (the smallest budget at which it then plans) or `ConfigError`. `config`: a path
+    (read here) or a document already read."""
     started = time.perf_counter()
     document = load_document(config)
     source, path = document.source, Path(document.source.file)
@@ -120,45 +118,117 @@ def balance_plan(config: str | Path | Document, *, budget: int | None = None, ho
     budget = resolved.nbytes
     hardware = replace(hardware or Hardware(), device_memory=budget)
     model = _Pipeline.read(document, hardware)
-    margin_share = 0.0 if margin is None else margin
-    target = budget - round(budget * margin_share)
     written = model.times(model.estimate(document), model.written_offsets())
-
-    def exact(offsets: list, held: int = budget, minimum: bool = True) -> AutoPlan:
-        edited = model.with_offsets(source, offsets)
-        return auto_plan(path, budget=held, runtime="ascend", host_budget=host_budget, hardware=hardware,
-                         output_name=output_name or str(path), margin=margin, source=edited, minimum=minimum)
-
-    notes: list[str] = []
-    candidates: list[tuple[str, list, AutoPlan]] = []
-    caps = [target] * model.stages
-    for _ in range(REPAIRS + 1):
-        sizes = model.solve(caps, host_budget)
-        if sizes is None:
-            break
-        offsets = model.offsets(sizes)
-        try:
-            candidates.append(("balanced", offsets, exact(offsets)))
-            break
-        except InfeasibleBudget as error:
-            over = {stage: need - budget for stage, need in error.minimum.items() if need > budget}
-            notes.append(f"offsets {offsets}: the exact search needs more than the budget in stage(s) "
-                         + ", ".join(f"{stage} (+{value / _MIB:.0f} MiB)" for stage, value in over.items())
-                         + "; those stages' budgets lowered in the programme")
-            caps = [cap - over.get(stage, 0) for stage, cap in enumerate(caps)]
-    with contextlib.suppress(InfeasibleBudget):    # the layout as written may have no plan within the budget
-        candidates.append(("as written", written.offsets, exact(written.offsets, minimum=False)))
-    if not candidates:
-        raise model.infeasible(budget, host_budget, margin_share, exact, lambda: exact(written.offsets))
-    scored = [(model.times(plan.estimate, offsets), name, plan) for name, offsets, plan in candidates]
+    attempts = _Attempts(model=model, source=source, path=path, host_budget=host_budget, hardware=hardware,
+                         margin=margin, output_name=output_name or str(path), written=written.offsets)
+    found = attempts.at(budget)
+    if not found.candidates:
+        raise attempts.infeasible(budget)
+    scored = [(model.times(plan.estimate, offsets), name, plan) for name, offsets, plan in found.candidates]
     best, name, plan = min(scored, key=lambda item: (item[0].step_s, item[1] != "balanced"))
     header = [f"{HEADER_MARK} pipeline layout chosen by auto --balance: offset {best.offsets} (as written: "
               f"{written.offsets}); predicted step time {best.step_s:.3f} s (as written: {written.step_s:.3f} s), "
               f"the slowest stage's time x (micro-batches + (stages - 1) / chunks) / micro-batches"]
+    why = "" if name == "balanced" else (
+        "no other layout is predicted faster" if found.searched else
+        "the programme found no layout within the budget" + ("" if found.layouts else " at all"))
     return Balanced(config=str(path), budget=budget, budget_source=resolved.source, written=written, balanced=best,
-                    plan=plan, layout=name,
+                    plan=plan, layout=name, why=why,
                     wall_s=time.perf_counter() - started, text="\n".join(header) + "\n" + plan.text,
-                    notes=tuple(notes))
+                    notes=tuple(found.notes))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Found:
+    """What planning at one budget found: the plans that fit (the programme's layout, the layout as written), what
+    was repaired, whether the programme gave a layout at all, and whether its layout's exact plan fits."""
+
+    candidates: list[tuple[str, list, AutoPlan]]
+    notes: list[str]
+    layouts: bool
+    searched: bool
+
+
+@dataclass(slots=True, kw_only=True)
+class _Attempts:
+    """Planning a config at a budget, the same way for the budget asked for and for the search of the smallest budget
+    at which it plans."""
+
+    model: _Pipeline
+    source: Source
+    path: Path
+    host_budget: float
+    hardware: Hardware
+    margin: float | None
+    output_name: str
+    written: list
+
+    def exact(self, offsets: list, budget: int, minimum: bool) -> AutoPlan:
+        edited = self.model.with_offsets(self.source, offsets)
+        return auto_plan(self.path, budget=budget, runtime="ascend", host_budget=self.host_budget,
+                         hardware=replace(self.hardware, device_memory=budget), output_name=self.output_name,
+                         margin=self.margin, source=edited, minimum=minimum)
+
+    def at(self, budget: int, notes: bool = True, first: bool = False) -> _Found:
+        """1. The programme's layout for the budget less the margin, planned by the exact search; a stage the exact
+        search cannot fit lowers its cap in the programme by the excess (at most `REPAIRS` times). 2. The layout as
+        written, planned the same way (with `first`, only when 1 found nothing: whether anything plans is asked).
+        A plan is a candidate only when its estimate fits."""
+        said: list[str] = []
+        candidates: list[tuple[str, list, AutoPlan]] = []
+        caps = [budget - round(budget * (self.margin or 0.0))] * self.model.stages
+        layouts = searched = False
+        for _ in range(REPAIRS + 1):
+            sizes = self.model.solve(caps, self.host_budget)
+            if sizes is None:
+                break
+            layouts = True
+            offsets = self.model.offsets(sizes)
+            try:
+                plan = self.exact(offsets, budget, minimum=True)
+                over = {stage.stage: stage.peak.peak - budget for stage in plan.estimate.stages
+                        if stage.peak.peak > budget}
+            except InfeasibleBudget as error:
+                over = {stage: need - budget for stage, need in error.minimum.items() if need > budget}
+            if not over:
+                candidates.append(("balanced", offsets, plan))
+                searched = True
+                break
+            said.append(f"offsets {offsets}: the exact search needs more than the budget in stage(s) "
+                        + ", ".join(f"{stage} (+{value / MIB:.0f} MiB)" for stage, value in over.items())
+                        + "; those stages' budgets lowered in the programme")
+            caps = [cap - over.get(stage, 0) for stage, cap in enumerate(caps)]
+        with contextlib.suppress(InfeasibleBudget):    # the layout as written may have no plan within the budget
+            if not (first and candidates):
+                plan = self.exact(self.written, budget, minimum=False)
+                if plan.fits:
+                    candidates.append(("as written", self.written, plan))
+        return _Found(candidates=candidates, notes=said if notes else [], layouts=layouts, searched=searched)
+
+    def infeasible(self, budget: int) -> InfeasibleBudget:
+        """The smallest budget at which planning succeeds, in bytes, with the peaks of the plan made for it.
+
+        The programme's least largest peak (every layout and choice it offers) is a lower bound; from there the
+        budget grows until planning succeeds, then a bisection finds the byte at which it starts to."""
+        least = self.model.least_peak(self.host_budget)
+        low = budget_for(int(least) if least is not None else 0, self.margin or 0.0) - 1
+        step = MIB
+        while True:
+            high = low + step
+            if self.at(high, notes=False, first=True).candidates:
+                break
+            low, step = high, step * 2
+            if step > 1 << 50:
+                raise SolverError("auto --balance found no budget up to a petabyte at which it plans: a defect of "
+                                  "mf_memopt, please report it")
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (low, middle) if self.at(middle, notes=False, first=True).candidates else (middle, high)
+        found = self.at(high, notes=False)
+        scored = [(self.model.times(plan.estimate, offsets), plan) for _, offsets, plan in found.candidates]
+        plan = min(scored, key=lambda item: item[0].step_s)[1]
+        return InfeasibleBudget(budget, {stage.stage: stage.peak.peak for stage in plan.estimate.stages},
+                                self.margin or 0.0, smallest=high)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,6 +242,8 @@ class _Kind:
     swapped: tuple[int, ...]
     recompute_s: tuple[float, ...]
     allowed: tuple[bool, ...]           # a swap only where one layer's forward hides its copy
+    tail: tuple[int, ...] = ()          # per choice, the last layers of a stage it may not take (a swap's release
+                                        # comes before the forward/backward turn: `problem.hidden_prefetch`)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -228,8 +300,10 @@ class _Pipeline:
         raise_if_errors(issues)
         model, parallel, optimizer = spec
         family = plan.family
-        choices = choice_set(family.auto_cells_for(source), swap=True)
-        kinds = [_kind(kind, choices, family, parallel, hardware, index)
+        choices = choice_set(family.auto_cells_for(source), swap=True,
+                             full=parallel.seq_split == 1)   # MindFormers refuses full recompute under seq pipe
+        kinds = [_kind(kind, choices, family, parallel, hardware, index,
+                       communication(plan, kind, parallel, "ascend"))
                  for kind, index in zip(model.layer_kinds, (0, model.dense_layers) if model.dense_layers else (0,))]
         mtp = None
         if model.mtp_layers:
@@ -319,64 +393,39 @@ class _Pipeline:
 
     def solve(self, caps: list[float], host_budget: float) -> list[int] | None:
         """Each stage's layer count for the least slowest-stage time (then the least total), every stage's peak
-        within its cap; None if no layout and choices meet the caps."""
-        program = self._program(host_budget)
+        within its cap (bytes); None if no layout and choices meet the caps."""
+        layout = self._program(host_budget)
+        program = layout.program
         for stage, cap in enumerate(caps):
-            for moment in program.peak[stage]:
-                program.row(moment.scaled(1 / _MIB), -np.inf, cap / _MIB)
-        program.objective[program.slowest] = 1.0
-        for stage_time in program.stage_time:
-            program.objective[stage_time] = 1e-3 / self.stages   # second: the least total time
-        found = program.solve()
-        return None if found is None else [round(found[index]) for index in program.sizes]
+            for moment in layout.peak[stage]:
+                program.row(moment, -np.inf, cap / MIB, f"stage {stage}'s peak")
+        program.objective = {layout.slowest: 1.0, **dict.fromkeys(layout.stage_time, 1e-3 / self.stages)}
+        found = program.solve(TIME_LIMIT_S)
+        return None if found is None else [round(found[index]) for index in layout.sizes]
 
     def least_peak(self, host_budget: float) -> float | None:
-        """The smallest largest stage peak over every layout and choice the programme offers."""
-        program = self._program(host_budget)
+        """The smallest largest stage peak (bytes) over every layout and choice the programme offers."""
+        layout = self._program(host_budget)
+        program = layout.program
         highest = program.var(0, np.inf)
         for stage in range(self.stages):
-            for moment in program.peak[stage]:
-                mib = moment.scaled(1 / _MIB)
-                program.row(_Linear({**mib.terms, highest: -1.0}, mib.constant), -np.inf, 0)
-        program.objective[highest] = 1.0
-        found = program.solve()
-        return None if found is None else found[highest] * _MIB
+            for moment in layout.peak[stage]:
+                program.row(Linear({**moment.terms, highest: -1.0}, moment.constant), -np.inf, 0,
+                            f"stage {stage}'s peak")
+        program.objective = {highest: 1.0}
+        found = program.solve(TIME_LIMIT_S)
+        return None if found is None else found[highest] * MIB
 
-    def infeasible(self, budget: int, host_budget: float, margin: float, exact, written) -> InfeasibleBudget:
-        """The smallest budget that works, per stage the peaks of the plan made for it.
-
-        The programme's least largest peak is a lower bound; the exact search on the programme's layout for
-        that peak confirms it, or names what that layout needs, which the programme is given next (at most
-        `REPAIRS` times). Failing that, the layout as written with its own smallest budgets.
-        """
-        least = self.least_peak(host_budget)
-        need = -(-int(least if least is not None else budget) // _MIB) * _MIB
-        for _ in range(REPAIRS + 1):
-            sizes = self.solve([need] * self.stages, host_budget)
-            if sizes is None:
-                need += _MIB
-                continue
-            try:
-                plan = exact(self.offsets(sizes), -(-need * 10**6 // round((1 - margin) * 10**6)))
-            except InfeasibleBudget as error:
-                need = max(need + _MIB, max(error.minimum.values()) - round(max(error.minimum.values()) * margin))
-                continue
-            return InfeasibleBudget(budget, {stage.stage: stage.peak.peak for stage in plan.estimate.stages}, margin)
-        try:
-            written()
-        except InfeasibleBudget as error:
-            return error
-        raise RuntimeError("the layout as written has no plan within the budget, yet planning it succeeded")
-
-    def _program(self, host_budget: float) -> _Program:
+    def _program(self, host_budget: float) -> _Layout:
         """The programme over stage sizes: a stage's peak and time depend on how many layers of each kind take
         each choice, not on how they split between its chunks (`estimate.memory.in_flight` counts the stage's
-        kept bytes as a whole), so the chunks share a stage's layers evenly (`offsets`)."""
-        program = _Program()
+        kept bytes as a whole), so the chunks share a stage's layers evenly (`offsets`). Memory in MiB, time in
+        seconds per micro-batch."""
+        program = Program(name="pipeline layout programme")
         stages, count = self.stages, len(self.choices)
         total = self.layout.num_layers
-        program.sizes = [program.var(self._fewest(stage), total, integer=True) for stage in range(stages)]
-        program.row({index: 1.0 for index in program.sizes}, total, total)
+        sizes = [program.var(self._fewest(stage), total, integer=True) for stage in range(stages)]
+        program.row(dict.fromkeys(sizes, 1.0), total, total, "every layer placed")
         # counts[stage][kind][choice]: layers of that stage, of that kind, taking that choice
         counts = []
         for stage in range(stages):
@@ -389,131 +438,106 @@ class _Pipeline:
                               for choice in range(count)})
             counts.append(kinds)
             members = {var: 1.0 for kind in kinds for var in kind.values()}
-            program.row({**members, program.sizes[stage]: -1.0}, 0, 0)
+            program.row({**members, sizes[stage]: -1.0}, 0, 0, f"stage {stage}'s layers")
         if self.dense:
-            program.row({var: 1.0 for var in counts[0][0].values()}, self.dense, self.dense)
+            program.row({var: 1.0 for var in counts[0][0].values()}, self.dense, self.dense, "dense first layers")
         mtp_choice = {choice: program.var(0, 1 if self.mtp.allowed[choice] else 0, integer=True)
                       for choice in range(count)} if self.mtp else {}
         if mtp_choice:
-            program.row({var: 1.0 for var in mtp_choice.values()}, 1, 1)
-        program.slowest = program.var(0, np.inf)
+            program.row({var: 1.0 for var in mtp_choice.values()}, 1, 1, "the MTP layers' choice")
+        layout = _Layout(program=program, sizes=sizes, slowest=program.var(0, np.inf))
         for stage in range(stages):
-            last = stage == stages - 1
-            memory = self.memory[stage]
-            seconds, kept, params, swapped = {}, {}, {}, {}
-            used = [program.var(0, 1, integer=True) for _ in range(count)]
-            for index, (kind, chosen) in enumerate(zip(self.kinds, counts[stage])):
-                for choice, var in chosen.items():
-                    seconds[var] = 3 * kind.forward_s + kind.recompute_s[choice]
-                    kept[var] = kind.kept[choice]
-                    params[var] = memory.per_layer[index]
-                    swapped[var] = kind.swapped[choice]
-                    program.row({var: 1.0, used[choice]: -float(total)}, -np.inf, 0)
-            constant_s = self.head_s if last else 0.0
-            if last and self.mtp:
-                constant_s += 3 * self.mtp.forward_s
-                for choice, var in mtp_choice.items():
-                    seconds[var] = seconds.get(var, 0.0) + self.mtp.recompute_s[choice]
-                    kept[var] = self.mtp.kept[choice]
-                    program.row({var: 1.0, used[choice]: -1.0}, -np.inf, 0)
-            # the stage's time per micro-batch, and the slowest stage's
-            stage_time = program.var(0, np.inf)
-            program.row({**seconds, stage_time: -1.0}, -constant_s, -constant_s)
-            program.row({stage_time: 1.0, program.slowest: -1.0}, -np.inf, 0)
-            program.stage_time.append(stage_time)
-            # the largest layer rebuilt, and the backward working set it sets
-            rebuilt = program.var(0, np.inf)
-            largest = [*(kind.rebuilt for kind in self.kinds), *([self.mtp.rebuilt] if last and self.mtp else [])]
-            for choice in range(count):
-                most = max(values[choice] for values in largest)
-                if most:
-                    program.row({rebuilt: 1.0, used[choice]: -float(most)}, 0, np.inf)
-            working = program.var(memory.floor, np.inf)
-            program.row({working: 1.0, rebuilt: -1.0}, memory.over_rebuilt, np.inf)
-            # swaps: never the stage's last layer; the host holds what is swapped, times the micro-batches in flight
-            swaps = {var: 1.0 for var, value in swapped.items() if value}
-            if swaps:
-                program.row({**swaps, program.sizes[stage]: -1.0}, -np.inf, -1)
-                if host_budget != INFINITE:
-                    factor = in_flight(stage, self.parallel, self.layout.chunks)
-                    program.row({var: factor * value for var, value in swapped.items() if value}, 0, host_budget)
-            peak = {var: params.get(var, 0) + memory.per_kept * kept.get(var, 0) for var in set(params) | set(kept)}
-            peak[working] = 1.0
-            moments = [_Linear(peak, memory.intercept)]
-            for intercept, per_layer in memory.others:
-                moments.append(_Linear({var: per_layer[index] for index, chosen in enumerate(counts[stage])
-                                        for var in chosen.values()}, intercept))
-            program.peak.append(moments)
-        return program
+            self._stage_rows(layout, stage, counts[stage], mtp_choice, host_budget)
+        return layout
 
-
-@dataclass(frozen=True, slots=True)
-class _Linear:
-    """A linear expression: coefficients by variable, and a constant."""
-
-    terms: dict[int, float]
-    constant: float = 0.0
-
-    def scaled(self, factor: float) -> _Linear:
-        return _Linear({var: value * factor for var, value in self.terms.items()}, self.constant * factor)
+    def _stage_rows(self, layout: _Layout, stage: int, counts: list[dict[int, int]], mtp_choice: dict[int, int],
+                    host_budget: float) -> None:
+        """A stage's time (bounding the slowest stage's), its backward working set, its swaps and its peak
+        moments."""
+        program, total, count = layout.program, self.layout.num_layers, len(self.choices)
+        last = stage == self.stages - 1
+        memory = self.memory[stage]
+        seconds, kept, params, swapped = {}, {}, {}, {}
+        used = [program.var(0, 1, integer=True) for _ in range(count)]
+        for index, (kind, chosen) in enumerate(zip(self.kinds, counts)):
+            for choice, var in chosen.items():
+                seconds[var] = 3 * kind.forward_s + kind.recompute_s[choice]
+                kept[var] = kind.kept[choice]
+                params[var] = memory.per_layer[index]
+                swapped[var] = kind.swapped[choice]
+                program.row({var: 1.0, used[choice]: -float(total)}, -np.inf, 0, "a choice used")
+        constant_s = self.head_s if last else 0.0
+        if last and self.mtp:
+            constant_s += 3 * self.mtp.forward_s
+            for choice, var in mtp_choice.items():
+                seconds[var] = seconds.get(var, 0.0) + self.mtp.recompute_s[choice]
+                kept[var] = self.mtp.kept[choice]
+                program.row({var: 1.0, used[choice]: -1.0}, -np.inf, 0, "the MTP layers' choice is used")
+        # the stage's time per micro-batch, and the slowest stage's
+        stage_time = program.var(0, np.inf)
+        program.row({**seconds, stage_time: -1.0}, -constant_s, -constant_s, f"stage {stage}'s time")
+        program.row({stage_time: 1.0, layout.slowest: -1.0}, -np.inf, 0, "the slowest stage")
+        layout.stage_time.append(stage_time)
+        # the largest layer rebuilt (MiB), and the backward working set it sets
+        rebuilt = program.var(0, np.inf)
+        largest = [*(kind.rebuilt for kind in self.kinds), *([self.mtp.rebuilt] if last and self.mtp else [])]
+        for choice in range(count):
+            most = max(values[choice] for values in largest)
+            if most:
+                program.row({rebuilt: 1.0, used[choice]: -most / MIB}, 0, np.inf, "the largest layer rebuilt")
+        working = program.var(memory.floor / MIB, np.inf)
+        program.row({working: 1.0, rebuilt: -1.0}, memory.over_rebuilt / MIB, np.inf, "the backward working set")
+        # swaps: never the stage's last layer; the host holds what is swapped, times the micro-batches in flight
+        swaps = {var: 1.0 for var, value in swapped.items() if value}
+        if swaps:
+            program.row({**swaps, layout.sizes[stage]: -1.0}, -np.inf, -1, "the last layer does not swap")
+            late = {var: 1.0 for kind, chosen in zip(self.kinds, counts) for choice, var in chosen.items()
+                    if kind.tail and kind.tail[choice] > 1}
+            if late:
+                program.row({**late, layout.sizes[stage]: -1.0}, -np.inf, -2, "nor, with a late release, the one "
+                            "before it")
+            if host_budget != INFINITE:
+                factor = in_flight(stage, self.parallel, self.layout.chunks)
+                program.row({var: factor * value / MIB for var, value in swapped.items() if value}, 0,
+                            host_budget / MIB, "host bytes")
+        peak = {var: (params.get(var, 0) + memory.per_kept * kept.get(var, 0)) / MIB
+                for var in set(params) | set(kept)}
+        peak[working] = 1.0
+        moments = [Linear(peak, memory.intercept / MIB)]
+        for intercept, per_layer in memory.others:
+            moments.append(Linear({var: per_layer[index] / MIB for index, chosen in enumerate(counts)
+                                   for var in chosen.values()}, intercept / MIB))
+        layout.peak.append(moments)
 
 
 @dataclass(slots=True)
-class _Program:
-    """A mixed-integer linear programme built a row at a time, solved by HiGHS through scipy; `sizes`,
-    `stage_time`, `peak` and `slowest` name the variables and expressions the callers read or bound."""
+class _Layout:
+    """The layout programme and the variables and expressions its callers read or bound."""
 
-    lower: list[float] = field(default_factory=list)
-    upper: list[float] = field(default_factory=list)
-    integer: list[int] = field(default_factory=list)
-    rows: list[tuple[dict[int, float], float, float]] = field(default_factory=list)
-    objective: dict[int, float] = field(default_factory=dict)
-    sizes: list[int] = field(default_factory=list)          # each stage's layer count
+    program: Program
+    sizes: list[int]                    # each stage's layer count
+    slowest: int                        # the slowest stage's time per micro-batch
     stage_time: list[int] = field(default_factory=list)     # each stage's seconds per micro-batch
-    peak: list[list[_Linear]] = field(default_factory=list)     # each stage's moments (peak bytes), each within the cap
-    slowest: int = -1
-
-    def var(self, lower: float, upper: float, *, integer: bool = False) -> int:
-        self.lower.append(lower)
-        self.upper.append(upper)
-        self.integer.append(1 if integer else 0)
-        return len(self.lower) - 1
-
-    def row(self, expression: _Linear | dict[int, float], lower: float, upper: float) -> None:
-        """lower <= expression <= upper."""
-        if isinstance(expression, dict):
-            expression = _Linear(expression)
-        self.rows.append((expression.terms, lower - expression.constant, upper - expression.constant))
-
-    def solve(self) -> np.ndarray | None:
-        size = len(self.lower)
-        matrix = lil_matrix((len(self.rows), size))
-        for index, (terms, _, _) in enumerate(self.rows):
-            for var, value in terms.items():
-                matrix[index, var] = value
-        cost = np.zeros(size)
-        for var, value in self.objective.items():
-            cost[var] = value
-        result = milp(cost, integrality=np.array(self.integer), bounds=Bounds(self.lower, self.upper),
-                      constraints=LinearConstraint(matrix.tocsr(), [row[1] for row in self.rows],
-                                                   [row[2] for row in self.rows]),
-                      options={"time_limit": TIME_LIMIT_S, "mip_rel_gap": 1e-6})
-        # status 1: the time limit, with the best solution found so far (HiGHS returns none if it has none)
-        return result.x if result.status in (0, 1) and result.x is not None else None
+    peak: list[list[Linear]] = field(default_factory=list)  # each stage's moments (MiB), each within the cap
 
 
 def _kind(kind: ModelSpec, choices: tuple[Choice, ...], family, parallel: ParallelSpec, hardware: Hardware,
-          index: int) -> _Kind:
+          index: int, kept_communication: list) -> _Kind:
     """A layer kind's footprint under every choice, from the estimator's own functions (`choices.footprints`)."""
     ops = family.layer_ops(kind, parallel)
-    prints = footprints(choices, family.inventory(kind, parallel, "ascend"), ops, family)
+    prints = footprints(choices, family.inventory(kind, parallel, "ascend"), ops, family, kept_communication)
     forward = hardware.seconds(sum(op.flops for op in ops))
+    # a swap needs some layer after it (`hidden_prefetch`); one whose release takes a whole layer's forward needs two
     allowed = tuple(not p.choice.swaps or (p.swapped > 0 and hidden_prefetch(
-        hardware.transfer(p.swapped), 0, 2, forward, hardware.operators_per_layer) is not None) for p in prints)
+        hardware.transfer(p.swapped), forward, 2 * forward, hardware.operators_per_layer) is not None) for p in prints)
+    tail = tuple(1 if not p.choice.swaps or hidden_prefetch(hardware.transfer(p.swapped), forward, forward,
+                                                            hardware.operators_per_layer) is not None else 2
+                 for p in prints)
     return _Kind(params=stage_params(kind, parallel, [index], False, False), forward_s=forward,
                  kept=tuple(p.kept for p in prints), rebuilt=tuple(p.rebuilt for p in prints),
                  swapped=tuple(p.swapped for p in prints),
-                 recompute_s=tuple(hardware.seconds(p.effect.recompute_flops) for p in prints), allowed=allowed)
+                 recompute_s=tuple(hardware.seconds(p.effect.recompute_flops) for p in prints), allowed=allowed,
+                 tail=tail)
 
 
 def _probe(model, parallel, optimizer, factor: float, first: bool, last: bool, constant: StageParams,

@@ -16,8 +16,7 @@ def balance_text(result: Balanced) -> str:
              f"pipeline layout and plan chosen for the least predicted step time",
              f"offsets as written: {written.offsets}",
              f"offsets balanced:   {balanced.offsets}"
-             + ("  (the layout as written: no other layout is predicted faster)"
-                if result.layout == "as written" else ""), ""]
+             + (f"  (the layout as written: {result.why})" if result.layout == "as written" else ""), ""]
     rows = [["stage", "written: layers", "peak", "time / step", "balanced: layers", "peak", "time / step"]]
     for old, new in zip(written.stages, balanced.stages):
         rows.append([str(old.stage), _layers(old.layers), _peak(old.peak, result.budget), f"{old.seconds:.3f} s",
@@ -40,17 +39,18 @@ def balance_text(result: Balanced) -> str:
 def balance_json(result: Balanced) -> dict:
     return {"config": result.config, "runtime": "ascend", "budget_bytes": result.budget,
             "budget_source": result.budget_source, "feasible": True,
-            "layout": result.layout, "written": _plan_json(result.written), "balanced": _plan_json(result.balanced),
+            "layout": result.layout, "layout_reason": result.why or None, "written": _plan_json(result.written),
+            "balanced": _plan_json(result.balanced),
             "step_time_ratio": result.ratio, "planning_seconds": result.wall_s, "family": result.plan.family,
             "repairs": [*result.notes, *result.plan.repairs], "yaml": result.text}
 
 
 def balance_infeasible_text(error: InfeasibleBudget) -> str:
-    peaks = ", ".join(f"stage {stage}: {human_up(value)}" for stage, value in sorted(error.minimum.items()))
+    peaks = ", ".join(f"stage {stage}: {human_up(value)}" for stage, value in sorted(error.peaks.items()))
     margin = f", with the {error.margin * 100:g}% margin" if error.margin else ""
     return (f"auto --balance: infeasible: no layout and plan fits {human(error.budget)} of device memory per stage. "
-            f"The smallest budget that works{margin}: {human_up(error.minimum[error.binding])} (stage "
-            f"{error.binding} binds; the peaks of the plan made for it: {peaks}).")
+            f"The smallest budget that works{margin}: {human_up(error.smallest)} ({error.smallest} bytes, at which it "
+            f"plans; the plan made for it predicts these peaks: {peaks}; stage {error.binding} binds).")
 
 
 def _plan_json(plan: PipelinePlan) -> dict:

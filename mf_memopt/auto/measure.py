@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config.load import Document
-from ..estimate.measure import measure_peak
+from ..estimate.measure import CPU_READING_STEP, measure_peak
 from . import race as racing
-from .planner import AutoPlan
+from .planner import AutoPlan, InfeasibleBudget
 from .timing import load_average
 
 ROUNDS = 3
@@ -40,16 +40,44 @@ class Round:
     number: int
     planned_for: int            # bytes the plan was made for
     predicted: int              # the estimator's peak of the written plan
-    measured: int               # the pool peak, bytes (MindSpore prints whole MiB)
+    measured: int               # the pool peak, bytes (MindSpore prints whole MiB, cut down)
     plan: AutoPlan
 
     def line(self, budget: int) -> str:
         from ..estimate.report import human
 
-        verdict = "within the budget" if self.measured <= budget else f"over by {human(self.measured - budget)}"
+        verdict = "within the budget" if holds(self.measured, budget) else \
+            f"over by up to {human(highest(self.measured) - budget)}"
         return (f"round {self.number}: planned for {human(self.planned_for)}, "
                 f"predicted peak {human(self.predicted)}, "
-                f"measured pool peak {human(self.measured)}: {verdict}")
+                f"measured pool peak {human(self.measured)} (under {human(highest(self.measured) + 1)}): {verdict}")
+
+
+def highest(measured: int) -> int:
+    """The largest peak in bytes a reading stands for: MindSpore prints the CPU pool peak in whole MiB, cut down, so
+    a reading of m MiB is a peak below m + 1 MiB."""
+    return measured + CPU_READING_STEP - 1
+
+
+def holds(measured: int, budget: int) -> bool:
+    """The measured plan holds the budget in bytes: every peak its reading stands for is within it."""
+    return highest(measured) <= budget
+
+
+class TightenedInfeasible(Exception):
+    """A later `--measure` round found no plan for the target the measured excess tightened it to."""
+
+    def __init__(self, rounds: list[Round], target: int, error: InfeasibleBudget, budget: int):
+        from ..estimate.report import human
+
+        self.rounds, self.target, self.error, self.budget = rounds, target, error, budget
+        last = rounds[-1]
+        super().__init__(
+            f"round {last.number}'s plan, made for {human(last.planned_for)}, measured {human(last.measured)} in the "
+            f"memory pool, over the {human(budget)} budget by up to {human(highest(last.measured) - budget)}; round "
+            f"{last.number + 1} planned for that much less, {human(target)}, and no plan is predicted to fit it (the "
+            f"smallest predicted peak is {human(max(error.peaks.values()))}): the estimate is too low for this config "
+            "by more than the room left; give a larger --device-memory")
 
 
 def train_peak(config: Path, work: Path) -> int:
@@ -67,7 +95,12 @@ def measure_rounds(plan_for: Callable[[int], AutoPlan], budget: int, output: Pat
     target = budget
     with tempfile.TemporaryDirectory(prefix="mf_memopt_auto_") as tmp:
         for number in range(1, ROUNDS + 1):
-            plan = plan_for(target)
+            try:
+                plan = plan_for(target)
+            except InfeasibleBudget as error:
+                if not rounds:
+                    raise
+                raise TightenedInfeasible(rounds, target, error, budget) from error
             written = output or Path(tmp) / f"round{number}.yaml"
             written.write_text(plan.text, encoding="utf-8")
             work = Path(tmp) / f"run{number}"
@@ -77,10 +110,10 @@ def measure_rounds(plan_for: Callable[[int], AutoPlan], budget: int, output: Pat
                                 predicted=max(stage.peak.peak for stage in plan.estimate.stages),
                                 measured=measured, plan=plan))
             report(rounds[-1].line(budget))
-            if measured <= budget:
+            if holds(measured, budget):
                 break
             # The plan landed at its predicted peak (at most the target): the excess is counted from there.
-            target = min(target, rounds[-1].predicted) - (measured - budget)
+            target = min(target, rounds[-1].predicted) - (highest(measured) - budget)
     return rounds
 
 
@@ -116,8 +149,8 @@ def measure_time(plans: list[tuple[str, AutoPlan]], budget: int, work: Path, rep
         if index not in peaks:
             peaks[index] = peak(configs[-1], work / f"peak{index}")
             report(f"time: {name}: pool peak {peaks[index] / 2**20:.0f} MiB"
-                   + ("" if peaks[index] <= budget else ": over the budget, not raced"))
-    holding = [index for index in range(len(plans)) if peaks[index] <= budget]
+                   + ("" if holds(peaks[index], budget) else ": over the budget, not raced"))
+    holding = [index for index in range(len(plans)) if holds(peaks[index], budget)]
     times: dict[int, list[float]] = {index: [] for index in holding}
     for repeat in range(runs):
         timed = race([configs[index] for index in holding], work / f"race{repeat}")
@@ -136,27 +169,25 @@ def measure_time(plans: list[tuple[str, AutoPlan]], budget: int, work: Path, rep
     return winner, list(raced.values())
 
 
-def measure_plan(config: str | Path | Document, plan_for: Callable[[int], AutoPlan], budget: int, times, *,
-                 rivals: int = 3, runs: int = 1, peak=None, race=None, report: Callable[[str], None] = lambda line: None
-                 ) -> tuple[list[Round], AutoPlan, list[Timed]]:
+def measure_plan(document: Document, plan_for: Callable[[int], AutoPlan], budget: int, times, *,
+                 rivals: int = 3, runs: int = 1, peak=None, race=None,
+                 report: Callable[[str], None] = lambda line: None,
+                 hardware=None) -> tuple[list[Round], AutoPlan, list[Timed]]:
     """`auto --measure`: the peak rounds (`measure_rounds`), then, when the plan holds the budget, the time loop
-    (`measure_time`): the plan and its `rivals` next-fastest plans whose estimate fits (`space.PlanSpace`, priced as
-    the search prices them), each one's peak measured and those holding the budget raced `runs` times; the fastest
-    is kept, a rival only when faster than the plan by more than `RESOLUTION`. `peak(config, work)` gives a plan's
-    pool peak (default: the launcher, one step), `race(configs, work)` each plan's timed step seconds (default:
-    `race.race`)."""
-    from .space import PlanSpace
+    (`measure_time`): the plan and its `rivals` next-fastest plans whose predicted peak fits (`space.rivals`, priced
+    as the search prices them, at `hardware`'s throughput where no profile prices them), each one's peak measured
+    and those holding the budget raced `runs` times; the fastest is kept, a rival only when faster than the plan by
+    more than `RESOLUTION`. `peak(config, work)` gives a plan's pool peak (default: the launcher, one step),
+    `race(configs, work)` each plan's timed step seconds (default: `race.race`)."""
+    from .space import rivals as nearest
 
     peak = peak or train_peak
     rounds = measure_rounds(plan_for, budget, None, report=report, train=peak)
     plan = rounds[-1].plan
-    if rounds[-1].measured > budget or rivals <= 0 or plan.empty:     # nothing recomputed: nothing is faster
+    if not holds(rounds[-1].measured, budget) or rivals <= 0 or plan.empty:     # nothing recomputed: nothing is faster
         return rounds, plan, []
-    space = PlanSpace(config, runtime="cpu", times=times)
-    mine = tuple(option.choice for stage in plan.stages for option in stage.options)
-    others = [item for item in space.ranked(plan.target) if item.choices != mine][:rivals]
-    plans = [("auto's plan: " + _stages_text(plan), plan)] + [(item.name, space.auto_plan_of(plan, item))
-                                                              for item in others]
+    others = nearest(document, plan, count=rivals, times=times, hardware=hardware)
+    plans = [("auto's plan: " + _stages_text(plan), plan), *others]
     report(f"time: the plan and {len(others)} rival(s): each one's peak, then a race of those holding the budget "
            f"({load_average()})")
     with tempfile.TemporaryDirectory(prefix="mf_memopt_auto_time_") as tmp:

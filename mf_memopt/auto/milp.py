@@ -8,7 +8,8 @@ not merely imprecise (a feasible programme called infeasible, a plan slower than
 HiGHS's default tolerances (1e-7 on rows, 1e-6 on integrality, after its own scaling) an integer plan passed a
 90 MB cap on kept bytes by 4 bytes. So:
 
-* HiGHS runs at its tightest tolerances (`_HIGHS`, 1e-10), where no plan of the tests' random stages passed a cap.
+* HiGHS runs at tightened tolerances (`_HIGHS`, 1e-9), where no plan of the tests' random stages passed a cap.
+  Whatever HiGHS prints itself is kept off standard output (where `--json` goes).
 * `span`: the largest coefficient magnitude of the matrix over the smallest. `solve` refuses a programme whose span
   is over `MAX_SPAN` (a defect of the caller, raised as `SolverError`).
 * After every solve the integer variables are rounded and every row and bound is evaluated again, in exact rational
@@ -22,7 +23,10 @@ HiGHS's default tolerances (1e-7 on rows, 1e-6 on integrality, after its own sca
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import sys
 import warnings
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -39,9 +43,10 @@ TOLERANCE = 1e-7        # a row may miss by this share of the magnitudes it adds
                         # after its scaling)
 
 
-# HiGHS's tolerances at their tightest: its defaults (1e-7 on rows, 1e-6 on integrality, after its own scaling)
-# let an integer plan's kept bytes pass a cap of 90 MB by 4 bytes
-_HIGHS = {"primal_feasibility_tolerance": 1e-10, "mip_feasibility_tolerance": 1e-10, "mip_abs_gap": 1e-10}
+# HiGHS's tolerances tightened: its defaults (1e-7 on rows, 1e-6 on integrality, after its own scaling) let an integer
+# plan's kept bytes pass a cap of 90 MB by 4 bytes; at 1e-10 its presolve printed repairs on the layout programme
+_HIGHS = {"primal_feasibility_tolerance": 1e-9, "mip_feasibility_tolerance": 1e-9, "mip_abs_gap": 1e-10,
+          "output_flag": False}
 
 
 class SolverError(RuntimeError):
@@ -132,7 +137,7 @@ class Program:
                     data.append(value)
             matrix = coo_matrix((data, (rows, cols)), shape=(len(self.rows), size)).tocsr()
             constraints = [LinearConstraint(matrix, [row[1] for row in self.rows], [row[2] for row in self.rows])]
-        with warnings.catch_warnings():     # SciPy warns that it passes HiGHS's own options on verbatim
+        with warnings.catch_warnings(), _quiet():   # SciPy warns that it passes HiGHS's own options on verbatim
             warnings.simplefilter("ignore", RuntimeWarning)
             result = milp(cost, integrality=np.array(self.integer), bounds=Bounds(self.lower, self.upper),
                           constraints=constraints, options={"time_limit": time_limit, "mip_rel_gap": 0.0, **_HIGHS})
@@ -162,6 +167,20 @@ class Program:
             if not _holds(sum(exact), low, high, sum(abs(item) for item in exact)):
                 raise SolverError(f"HiGHS's answer to the {self.name} breaks its row '{label or 'unnamed'}' beyond "
                                   "its tolerance: a numerical failure")
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Standard output closed at the file-descriptor level: HiGHS prints some repairs with C's printf."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _slack(magnitude: float, low: float, high: float) -> float:

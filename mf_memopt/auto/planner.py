@@ -25,6 +25,7 @@ terms cannot be measured on this machine, so no margin is derived for it (0 unle
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -58,14 +59,27 @@ def default_margin(runtime: str) -> float:
 
 
 class InfeasibleBudget(Exception):
-    """No plan fits: the smallest budget each stage can reach, and the stage that binds."""
+    """No plan fits: per stage the smallest peak a plan reaches (`peaks`) and the smallest budget that holds it with
+    the margin (`minimum`); `smallest` is the budget to give (the binding stage's, or, for `auto --balance`, the
+    smallest budget at which it plans), at which the planner then plans."""
 
-    def __init__(self, budget: int, minimum: dict[int, int], margin: float = 0.0):
-        self.budget, self.margin = budget, margin
-        # the smallest budgets, margin included: a stage that can reach m needs m / (1 - margin)
-        self.minimum = {stage: -(-value * 10**6 // round((1 - margin) * 10**6)) for stage, value in minimum.items()}
-        self.binding = max(minimum, key=lambda stage: minimum[stage]) if minimum else None
+    def __init__(self, budget: int, peaks: dict[int, int], margin: float = 0.0, smallest: int | None = None):
+        self.budget, self.margin, self.peaks = budget, margin, dict(peaks)
+        self.minimum = {stage: budget_for(value, margin) for stage, value in peaks.items()}
+        self.binding = max(peaks, key=lambda stage: peaks[stage]) if peaks else None
+        self.smallest = smallest if smallest is not None else (self.minimum[self.binding] if peaks else None)
         super().__init__(f"no plan fits {budget} bytes per stage")
+
+
+def budget_for(peak: int, margin: float) -> int:
+    """The smallest budget whose target (the budget less round(budget x margin), what the search holds peaks to)
+    is at least `peak`."""
+    budget = math.ceil(peak / (1 - margin)) if margin else peak
+    while budget - round(budget * margin) < peak:
+        budget += 1
+    while budget > 0 and (budget - 1) - round((budget - 1) * margin) >= peak:
+        budget -= 1
+    return budget
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,10 +147,14 @@ def auto_plan(config: str | Path | Document, *, budget: int | None = None, runti
     hardware = replace(hardware or Hardware(), device_memory=budget)
     context = _Context.read(document, runtime, hardware, source.text, output_name or str(path))
     context.times = times
+    # MindFormers refuses full recompute under seq pipe (`config.layout`): every cell recomputed is the strongest plan
+    full = context.spec[1].seq_split == 1 or context.plan.layout.stages == 1
+    strongest = ("full recompute", Choice(full=True)) if full else \
+        ("every cell recomputed", Choice(select=context.cells.select))
     references = {"nothing": context.estimate_of(context.uniform(KEEP)),
-                  "full recompute": context.estimate_of(context.uniform(Choice(full=True)))}
+                  strongest[0]: context.estimate_of(context.uniform(strongest[1]))}
     swap = runtime == "ascend"
-    offered = choices or choice_set(context.cells, swap=swap)
+    offered = choices or choice_set(context.cells, swap=swap, full=full)
     families = {"counts": [choice for choice in offered if not choice.swaps]}
     if swap and any(choice.swaps for choice in offered):
         families["indices"] = list(offered)

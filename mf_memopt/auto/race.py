@@ -12,11 +12,12 @@ between two races by 0.5-1.4% (median). Copies of one plan in one race are not e
 The child (`python -m mf_memopt.auto.race --steps N --work DIR CONFIG...`) prepares each config as the launcher
 does (the checks, the context, the model built with MindFormers' own handling off and the plan applied) and lets
 MindFormers' Trainer build the training cell of the YAML (its optimizer, wrapper and dataset), which it takes when
-training begins, before the first step. Then every step fetches one batch and trains each plan on it, in the order
-given, and prints `mf_memopt race: plan I step S wall_ms W`: the wall time of that plan's step, its loss read back
-so the step has finished. The first `WARMUP` steps of each plan are not timed (the compile, then the steps that
-run 30-50% slower while the process settles). The process's memory pool holds every plan at once, so a race
-measures no peak: peaks come from a run of the plan alone (`measure.train_peak`).
+training begins, before the first step. Then every step fetches one batch and trains each plan on it, in an order
+that rotates by one place each step (`rotated`), and prints `mf_memopt race: plan I step S wall_ms W`: the wall
+time of that plan's step, its loss read back so the step has finished. The first `WARMUP` steps of each plan are
+not timed (the compile, then the steps that run 30-50% slower while the process settles). The process's memory
+pool holds every plan at once, so a race measures no peak: peaks come from a run of the plan alone
+(`measure.train_peak`).
 """
 
 from __future__ import annotations
@@ -80,6 +81,13 @@ def step_times(log: str, plans: int, warmup: int = WARMUP) -> list[tuple[float, 
         raise MeasureError(f"the race printed no step times for plan(s) {', '.join(missing)} (mf_memopt.auto.race)")
     return [tuple(value for step, value in sorted(steps.items()) if step > warmup)
             or tuple(value for _, value in sorted(steps.items())) for steps in seconds]
+
+
+def rotated(plans: int, step: int) -> list[int]:
+    """The order the plans run in at `step`: one place further round each step, so that every plan runs in every
+    place of the order equally often (no plan always first, or always right after another)."""
+    start = (step - 1) % plans
+    return [*range(start, plans), *range(start)]
 
 
 class _Taken(Exception):
@@ -147,7 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     batches = _batches(cells[0][1])       # the configs differ in their plan alone: one dataset feeds them all
     for step in range(1, args.steps + 1):
         batch = next(batches)
-        for index, (cell, _) in enumerate(cells):
+        for index in rotated(len(cells), step):
+            cell = cells[index][0]
             began = time.perf_counter()
             outputs = cell(*batch)
             loss = outputs[0] if isinstance(outputs, (tuple, list)) else outputs

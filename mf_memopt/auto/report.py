@@ -16,9 +16,9 @@ def auto_text(result: AutoPlan) -> str:
              f"(from {result.budget_source}), host memory {host}; plan written as {family}", _margin_line(result),
              f"added time priced by the {result.time_source}: {result.priced_s * 1e3:.1f} ms per step for this "
              "plan", ""]
-    nothing, full = result.references["nothing"], result.references["full recompute"]
+    (_, nothing), (strongest, full) = result.references.items()
     rows = [["stage", "layers", "budget", "predicted peak", "host (swap)", "overhead", "nothing: peak", "overhead",
-             "full recompute: peak", "overhead"]]
+             f"{strongest}: peak", "overhead"]]
     for stage, base, every in zip(result.estimate.stages, nothing.stages, full.stages):
         rows.append([str(stage.stage), _span(stage.layers), human(result.budget), human(stage.peak.peak),
                      human(stage.host_bytes), f"{stage.overhead:.1%}", human(base.peak.peak), f"{base.overhead:.1%}",
@@ -78,13 +78,15 @@ def infeasible_text(error: InfeasibleBudget) -> str:
              for stage, value in sorted(error.minimum.items())]
     margin = f", with the {error.margin * 100:g}% margin" if error.margin else ""
     return (f"auto: no plan fits {human(error.budget)} of device memory per stage; the smallest budget each stage "
-            f"can meet{margin}: {', '.join(parts)}. Give at least {human_up(error.minimum[error.binding])} "
+            f"can meet{margin}: {', '.join(parts)}. Give at least {human_up(error.smallest)} "
             f"(stage {error.binding} binds).")
 
 
 def infeasible_json(error: InfeasibleBudget) -> dict:
     return {"feasible": False, "budget_bytes": error.budget, "margin": error.margin, "binding_stage": error.binding,
-            "minimum_budget_bytes": {str(stage): value for stage, value in sorted(error.minimum.items())}}
+            "smallest_budget_bytes": error.smallest,
+            "minimum_budget_bytes": {str(stage): value for stage, value in sorted(error.minimum.items())},
+            "least_peak_bytes": {str(stage): value for stage, value in sorted(error.peaks.items())}}
 
 
 def _span(layers: tuple[int, ...]) -> str:
@@ -100,3 +102,29 @@ def _span(layers: tuple[int, ...]) -> str:
 def _table(rows: list[list[str]]) -> list[str]:
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+
+
+def measure_json(rounds) -> list[dict]:
+    """`auto --measure`'s peak rounds (`measure.Round`), bytes."""
+    return [{"round": item.number, "planned_for_bytes": item.planned_for, "predicted_peak_bytes": item.predicted,
+             "measured_peak_bytes": item.measured} for item in rounds]
+
+
+def timed_json(timed, kept: AutoPlan) -> list[dict]:
+    """`auto --measure`'s raced plans (`measure.Timed`): peak, step time per race, which one was kept."""
+    return [{"plan": item.name, "peak_bytes": item.peak, "step_seconds": item.time_s,
+             "race_step_seconds": list(item.times), "kept": item.plan is kept} for item in timed]
+
+
+def measure_text(rounds, timed, kept: AutoPlan, budget: int) -> str:
+    """The lines `auto --measure` prints after the plan: the last peak round's verdict and every raced plan."""
+    from .measure import highest, holds
+
+    last = rounds[-1]
+    verdict = "within" if holds(last.measured, budget) else "over"
+    lines = [f"measured after {len(rounds)} round(s): the plan made for {human(last.planned_for)} peaks at "
+             f"{human(last.measured)} in the memory pool (under {human(highest(last.measured) + 1)}), {verdict} the "
+             f"{human(budget)} budget"]
+    lines += [f"{'kept' if item.plan is kept else 'rival'}: {item.name}: pool peak {human(item.peak)}, step "
+              f"{item.time_s * 1e3:.0f} ms (median of {len(item.times)} race(s))" for item in timed]
+    return "\n".join(lines)

@@ -22,8 +22,8 @@ from ..config.load import Document, load_document
 from ..estimate.core import Estimate
 from ..estimate.transfer import Hardware
 from .choices import KEEP, Choice, choice_set
-from .planner import AutoPlan, StagePlan, _assignment, _Context, _header
-from .solver import Option
+from .planner import INFINITE, AutoPlan, StagePlan, _assignment, _Context, _header
+from .solver import Option, best_plans
 from .timing import TimeTable
 from .writer import Assignment, describe
 
@@ -104,21 +104,50 @@ class PlanSpace:
     def auto_plan_of(self, best: AutoPlan, candidate: Candidate) -> AutoPlan:
         """The candidate as `auto` writes a plan (the same YAML sections and header as `best`, auto's own plan for
         this config and budget)."""
-        at = dict(zip(self.layers, candidate.choices))
-        stages = []
-        for stage, layers in enumerate(self.stages):
-            mine = tuple(Option(choice=at[layer], kept=0, rebuilt=0, swapped=0, attention=False,
-                                seconds=self.times.seconds(at[layer]) if self.times is not None else 0.0)
-                         for layer in layers)
-            searched = (sum(option.seconds for option in mine) if self.times is not None
-                        else candidate.estimate.stages[stage].recompute_s)
-            stages.append(StagePlan(stage=stage, layers=layers, options=mine, budget=best.target,
-                                    searched_s=searched))
-        text = self.context.text_of(_assignment(stages), _header("counts", best.budget, best.host_budget,
-                                                                 self.runtime, stages, candidate.estimate,
-                                                                 best.references, self.context.cells, best.margin))
-        return replace(best, family="counts", stages=tuple(stages), text=text, estimate=candidate.estimate,
-                       repairs=(), empty=best.empty and all(choice == KEEP for choice in candidate.choices))
+        return written_as(self.context, best, candidate.choices, candidate.estimate)
+
+
+def written_as(context: _Context, best: AutoPlan, choices: tuple[Choice, ...], estimate: Estimate | None = None
+               ) -> AutoPlan:
+    """The plan giving each layer `choices` (in layer order) as `auto` writes one: the same YAML sections and header
+    as `best`, auto's own plan for this config and budget; priced as the search prices it."""
+    plan = context.plan
+    layers = [layer.layer for layer in plan.layers]
+    at = dict(zip(layers, choices))
+    times = context.times
+    if estimate is None:
+        estimate = context.estimate_of(Assignment(choices=at, prefetch={}))
+    stages = []
+    for stage in range(plan.layout.stages):
+        members = tuple(layer.layer for layer in plan.layers if layer.stage == stage)
+        mine = tuple(Option(choice=at[layer], kept=0, rebuilt=0, swapped=0, attention=False,
+                            seconds=times.seconds(at[layer]) if times is not None else 0.0) for layer in members)
+        searched = (sum(option.seconds for option in mine) if times is not None
+                    else estimate.stages[stage].recompute_s)
+        stages.append(StagePlan(stage=stage, layers=members, options=mine, budget=best.target, searched_s=searched))
+    text = context.text_of(_assignment(stages), _header("counts", best.budget, best.host_budget, context.runtime,
+                                                        stages, estimate, best.references, context.cells,
+                                                        best.margin))
+    return replace(best, family="counts", stages=tuple(stages), text=text, estimate=estimate, repairs=(),
+                   empty=best.empty and all(choice == KEEP for choice in choices))
+
+
+def rivals(document: Document, plan: AutoPlan, *, count: int, times: TimeTable | None = None,
+           hardware: Hardware | None = None) -> list[tuple[str, AutoPlan]]:
+    """The `count` fastest count-form plans after `plan` whose peak is within its target, as the search prices them
+    (`solver.best_plans`: the k best of the stage's programme, not every plan estimated), each written as `auto`
+    writes one and named. `--measure` races them against the plan (cpu: one stage)."""
+    context = _Context.read(document, "cpu", hardware or Hardware(), document.source.text, str(document.source.file))
+    context.times = times
+    problems = context.stage_problems(list(choice_set(context.cells, swap=False)))
+    if len(problems) != 1:
+        return []
+    mine = tuple(option.choice for stage in plan.stages for option in stage.options)
+    found = [tuple(option.choice for option in solution.options)
+             for solution in best_plans(problems[0], plan.target, INFINITE, prefixes=True, count=count + 1)]
+    layers = problems[0].layers
+    return [(describe(layers, list(choices), [None] * len(choices)), written_as(context, plan, choices))
+            for choices in found if choices != mine][:count]
 
 
 def profile_config(config: str | Path | Document, *, runs: int | None = None, report=lambda line: None

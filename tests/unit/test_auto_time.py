@@ -4,6 +4,7 @@ for training; tests/mindspore/test_auto_time.py trains for real)."""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from mf_memopt.auto import auto_plan
 from mf_memopt.auto.choices import KEEP, Choice
 from mf_memopt.auto.measure import measure_time
 from mf_memopt.auto.space import PlanSpace, stage_assignments
-from mf_memopt.auto.race import STEPS, WARMUP, lower_quartile, paired_ratio, step_times
+from mf_memopt.auto.race import STEPS, WARMUP, lower_quartile, paired_ratio, rotated, step_times
 from mf_memopt.auto.timing import TimeTable, load_table, monotone, profile, save_table, shape_key
 from mf_memopt.estimate.measure import MeasureError
 from mf_memopt.config.source import load_source
@@ -84,15 +85,25 @@ def test_profile_races_every_choice_against_keep():
 
 def test_plans_in_a_race_are_compared_step_by_step():
     """A plan's time over another's is the median over the steps of its step over the other's step of the same
-    batch: steps that ran slow for both leave it, and one step slow for one plan alone is outvoted. The ratio of
-    the two lower quartiles, taken unpaired, is fooled by the same steps."""
-    anchor = (1.0, 1.0, 2.0, 2.0, 2.0)                          # steps 3-5 ran in a slow stretch, for both
-    plan = (1.1, 2.5, 2.2, 2.2, 2.2)                            # and step 2 ran slow for the plan alone
+    batch: steps that ran slow for both leave it, and one step slow for one plan alone is outvoted. Unpaired
+    statistics are fooled by the same steps: the ratio of the lower quartiles, and the ratio of the medians."""
+    anchor = (1.0, 1.0, 1.0, 2.0, 2.0)                          # steps 4-5 ran in a slow stretch, for both
+    plan = (1.1, 2.5, 2.5, 2.2, 2.2)                            # and steps 2-3 ran slow for the plan alone
     assert paired_ratio(plan, anchor) == pytest.approx(1.1)
     assert lower_quartile(plan) / lower_quartile(anchor) == pytest.approx(2.2)
+    assert statistics.median(plan) / statistics.median(anchor) == pytest.approx(2.2)
     assert paired_ratio(anchor, anchor) == 1.0
     with pytest.raises(ValueError, match="no step"):
         paired_ratio((), anchor)
+
+
+def test_a_race_rotates_the_order_of_its_plans_every_step():
+    """Every plan runs in every place of the order equally often over a whole turn, each place once per turn."""
+    orders = [rotated(3, step) for step in range(1, 7)]
+    assert orders[:3] == [[0, 1, 2], [1, 2, 0], [2, 0, 1]] and orders[3:] == orders[:3]
+    for place in range(3):
+        assert sorted(order[place] for order in orders[:3]) == [0, 1, 2]
+    assert rotated(1, 5) == [0]
 
 
 def test_a_larger_recompute_never_costs_less_than_the_cells_it_contains():
