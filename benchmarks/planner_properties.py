@@ -119,9 +119,10 @@ def _at(report: Report, path: Path, budget: int, balance: bool, previous: dict[s
 
 def random_layout(rng: random.Random, directory: Path, name: str) -> Path:
     """A Llama pipeline config with a random layout (layers, stages, interleave chunks, micro-batches, offsets) and
-    random sizes (hidden, sequence, batch, tensor parallelism), written to `directory`."""
+    random sizes (hidden, sequence, tensor parallelism), written to `directory`."""
     text = BASE.read_text()
-    text = text[:text.index("recompute_config:")] + "recompute_config:\n  recompute: False\n\nswap_config:\n  swap: False\n"
+    plain = "recompute_config:\n  recompute: False\n\nswap_config:\n  swap: False\n"
+    text = text[:text.index("recompute_config:")] + plain
     chunks = rng.choice([1, 1, 2])
     stages = rng.choice([2, 3, 4, 6, 8])
     layers = rng.randint(stages * chunks + 1, max(stages * chunks + 1, 48))

@@ -54,6 +54,7 @@ from .limits import AWAY, synthetic_layer
 from .milp import MIB, TIME_LIMIT_S, Linear, Program, SolverError
 from .planner import INFINITE, AutoPlan, InfeasibleBudget, auto_plan, budget_for
 from .problem import _mtp_prints, communication, hidden_prefetch
+from .solver import feasibility_only
 from .writer import HEADER_MARK
 
 REPAIRS = 3
@@ -208,10 +209,28 @@ class _Attempts:
     def infeasible(self, budget: int) -> InfeasibleBudget:
         """The smallest budget at which planning succeeds, in bytes, with the peaks of the plan made for it.
 
-        The programme's least largest peak (every layout and choice it offers) is a lower bound; from there the
-        budget grows until planning succeeds, then a bisection finds the byte at which it starts to."""
+        The programme's least largest peak (every layout and choice it offers) is a lower bound; the search starts
+        there, or at the layout as written's own smallest budget if that is lower (where planning succeeds), grows
+        the budget until planning succeeds, then bisects to the byte at which it starts to. The search asks only
+        whether some plan fits (`solver.feasibility_only`); the plan named is made at that budget as usual."""
+        with feasibility_only():
+            high = self._smallest()
+        found = self.at(high, notes=False)
+        scored = [(self.model.times(plan.estimate, offsets), plan) for _, offsets, plan in found.candidates]
+        plan = min(scored, key=lambda item: item[0].step_s)[1]
+        return InfeasibleBudget(budget, {stage.stage: stage.peak.peak for stage in plan.estimate.stages},
+                                self.margin or 0.0, smallest=high)
+
+    def _smallest(self) -> int:
         least = self.model.least_peak(self.host_budget)
-        low = budget_for(int(least) if least is not None else 0, self.margin or 0.0) - 1
+        try:
+            self.exact(self.written, 1, minimum=True)
+            written = 1
+        except InfeasibleBudget as error:
+            written = error.smallest or 1
+        # the programme's peaks are read off the estimator in floating point: its bound is taken a millionth lower
+        bound = int((least or 0) * (1 - 1e-6))
+        low = min(budget_for(bound, self.margin or 0.0), written) - 1
         step = MIB
         while True:
             high = low + step
@@ -224,11 +243,7 @@ class _Attempts:
         while high - low > 1:
             middle = (low + high) // 2
             low, high = (low, middle) if self.at(middle, notes=False, first=True).candidates else (middle, high)
-        found = self.at(high, notes=False)
-        scored = [(self.model.times(plan.estimate, offsets), plan) for _, offsets, plan in found.candidates]
-        plan = min(scored, key=lambda item: item[0].step_s)[1]
-        return InfeasibleBudget(budget, {stage.stage: stage.peak.peak for stage in plan.estimate.stages},
-                                self.margin or 0.0, smallest=high)
+        return high
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -493,9 +508,12 @@ class _Pipeline:
             program.row({**swaps, layout.sizes[stage]: -1.0}, -np.inf, -1, "the last layer does not swap")
             late = {var: 1.0 for kind, chosen in zip(self.kinds, counts) for choice, var in chosen.items()
                     if kind.tail and kind.tail[choice] > 1}
-            if late:
-                program.row({**late, layout.sizes[stage]: -1.0}, -np.inf, -2, "nor, with a late release, the one "
-                            "before it")
+            if late:    # at most size - 2 of them, none in a stage of one layer (`alone`: the stage has one)
+                alone = program.var(0, 1, integer=True)
+                program.row({**late, layout.sizes[stage]: -1.0, alone: -1.0}, -np.inf, -2,
+                            "nor, with a late release, the one before it")
+                program.row({layout.sizes[stage]: 1.0, alone: float(total - 1)}, -np.inf, total,
+                            "a stage of one layer")
             if host_budget != INFINITE:
                 factor = in_flight(stage, self.parallel, self.layout.chunks)
                 program.row({var: factor * value / MIB for var, value in swapped.items() if value}, 0,

@@ -156,7 +156,8 @@ class Program:
         (its error is below 1e-12 of its magnitude) and again in exact rational arithmetic when it comes within
         that much of its tolerance."""
         for var, value in enumerate(x):
-            if not _holds(Fraction(value), self.lower[var], self.upper[var], abs(Fraction(value))):
+            if not _clearly_holds(value, self.lower[var], self.upper[var], abs(value)) and \
+                    not _holds(Fraction(value), self.lower[var], self.upper[var], abs(Fraction(value))):
                 raise SolverError(f"HiGHS's answer to the {self.name} puts a variable outside its bounds")
         for terms, low, high, label in self.rows:
             products = [value * x[var] for var, value in terms.items()]

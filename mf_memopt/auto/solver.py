@@ -34,6 +34,8 @@ against every assignment written as YAML and estimated, on small stages.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import heapq
 import itertools
 import math
@@ -174,19 +176,34 @@ def _solve_counts(problem, budget: float, host_budget: float, prefixes: bool, ne
                       f"{_TIGHTENINGS} times: a numerical failure")
 
 
+_FEASIBILITY: contextvars.ContextVar[bool] = contextvars.ContextVar("feasibility_only", default=False)
+
+
+@contextlib.contextmanager
+def feasibility_only():
+    """Within it, plans are found by time alone, without the tie-breaking solves: for callers that ask only whether
+    some plan fits (`balance`'s search of the smallest budget), whose answer the ties do not change."""
+    token = _FEASIBILITY.set(True)
+    try:
+        yield
+    finally:
+        _FEASIBILITY.reset(token)
+
+
 def _lexicographic(built: _Built) -> Solved | None:
     """Least time, then among plans of that time least swapped, then least kept bytes. Each objective already
     reached is held (within `TIE_NS`, or a billionth of its value) as a row of its own scale while the next is
     minimised."""
     program = built.program
     solved = None
-    for rank, objective in enumerate(built.objectives):
+    objectives = built.objectives[:1] if _FEASIBILITY.get() else built.objectives
+    for rank, objective in enumerate(objectives):
         program.objective = objective
         found = program.solve()
         if found is None:
             return solved
         solved = found
-        if rank + 1 < len(built.objectives):
+        if rank + 1 < len(objectives):
             reached = solved.value(objective)
             scale = 2.0 ** -math.floor(math.log2(max(abs(value) for value in objective.values())))
             slack = TIE_NS if rank == 0 else 1e-9 * abs(reached) + 1e-9
