@@ -91,11 +91,13 @@ def train(config: Path, *, steps: int, work: Path, runtime: str = "cpu", dataset
                     peak_source=pattern.pattern)
 
 
-def race_child(configs: Sequence[Path], *, work: Path, steps: int, timeout: float | None = 3600) -> ChildRun:
+def race_child(configs: Sequence[Path], *, work: Path, steps: int, timeout: float | None = 3600,
+               rotate: bool = True) -> ChildRun:
     """Race `configs` in one child running in `work` (`python -m mf_memopt.auto.race`: `steps` steps of each plan
-    in turn, each step's wall time printed); MindSpore's pool report is off, as the pool holds every plan."""
+    in turn, each step's wall time printed; the order rotating each step unless `rotate` is False); MindSpore's
+    pool report is off, as the pool holds every plan."""
     command = [sys.executable, "-m", "mf_memopt.auto.race", "--work", str(work), "--steps", str(steps),
-               *map(str, configs)]
+               *([] if rotate else ["--fixed-order"]), *map(str, configs)]
     try:
         done = run_owned(command, cwd=work, timeout=timeout, env={**child_environment("cpu", work), "GLOG_v": "3"})
     except subprocess.TimeoutExpired as error:

@@ -54,15 +54,16 @@ def paired_ratio(plan: Sequence[float], anchor: Sequence[float]) -> float:
     return statistics.median(pairs)
 
 
-def race(configs: Sequence[Path], work: Path, steps: int = STEPS, timeout: float | None = 3600
-         ) -> list[tuple[float, ...]]:
-    """Race `configs` (YAML files) in one child process; each one's timed step seconds, in the order given."""
+def race(configs: Sequence[Path], work: Path, steps: int = STEPS, timeout: float | None = 3600,
+         rotate: bool = True) -> list[tuple[float, ...]]:
+    """Race `configs` (YAML files) in one child process; each one's timed step seconds, in the order given. With
+    `rotate` False every step runs them in the order given (`benchmarks/race_positions.py` measures the difference)."""
     from ..estimate.measure import MeasureError
     from ..runner import ChildFailed, race_child
 
     work.mkdir(parents=True, exist_ok=True)
     try:
-        done = race_child(list(configs), work=work, steps=steps, timeout=timeout)
+        done = race_child(list(configs), work=work, steps=steps, timeout=timeout, rotate=rotate)
     except ChildFailed as error:
         raise MeasureError(str(error)) from error
     return step_times(done.log, len(configs))
@@ -141,6 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("configs", nargs="+", type=Path)
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--steps", type=int, default=STEPS)
+    parser.add_argument("--fixed-order", action="store_true", help="run the plans in the order given every step")
     args = parser.parse_args(argv)
     from ..config.load import load_document
     from ..runner import yaml_dataset
@@ -155,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     batches = _batches(cells[0][1])       # the configs differ in their plan alone: one dataset feeds them all
     for step in range(1, args.steps + 1):
         batch = next(batches)
-        for index in rotated(len(cells), step):
+        for index in range(len(cells)) if args.fixed_order else rotated(len(cells), step):
             cell = cells[index][0]
             began = time.perf_counter()
             outputs = cell(*batch)
