@@ -196,3 +196,14 @@ def test_the_answers_the_badly_scaled_programme_got_wrong():
         balance_plan(telechat, budget=30 * 2**30)
     assert caught.value.smallest <= round(42.49 * 2**30)
     balance_plan(telechat, budget=caught.value.smallest)
+
+
+def test_the_written_layout_is_not_called_the_fastest_when_the_programme_found_none(monkeypatch, capsys):
+    """When the layout programme gives no layout at all, the report says that, not that no other layout is predicted
+    faster (what it said whenever the written layout was kept)."""
+    path = WHEEL / "qwen3/pretrain_qwen3_32b_4k.yaml"
+    monkeypatch.setattr(_Pipeline, "solve", lambda self, caps, host_budget: None)
+    result = balance_plan(path)
+    assert result.layout == "as written" and result.why == "the programme found no layout within the budget at all"
+    assert main(["auto", str(path), "--balance"]) == 0
+    assert "(the layout as written: the programme found no layout within the budget at all)" in capsys.readouterr().out

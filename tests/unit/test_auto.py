@@ -195,6 +195,9 @@ def test_infeasible_json(capsys, tmp_path):
     (["--device-memory", "1GiB", "--profile"],
      "auto: --profile measures step times with this machine's CPU launcher: use it with --runtime cpu"),
     (["--device-memory", "1GiB", "--runtime", "cpu", "--rivals", "-1"], "auto: --rivals must be 0 or more, got -1"),
+    (["--device-memory", "1GiB", "--balance", "--measure"],           # one hint, the --balance one, not two
+     "auto: --balance plans pipeline stages, which the ascend runtime models: use it without --runtime cpu and "
+     "--measure"),
 ])
 def test_cli_errors(capsys, argv, message):
     assert main(["auto", str(TINY), *argv]) == 2
