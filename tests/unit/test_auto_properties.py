@@ -72,3 +72,18 @@ def test_every_written_swap_leaves_the_device(layouts):
             assert all(not layer.transfer.on_device_at_turn for layer in estimate.layers), path.name
             assert all(stage.peak.peak <= budget for stage in estimate.stages) and plan.repairs == ()
     assert found
+
+
+def test_a_24_layer_mcore_model_plans_on_the_cpu_runtime(tmp_path):
+    """`auto --runtime cpu` on a valid 24-layer Qwen3 ended in a PlannerMismatch traceback (the whole-plan fallback
+    stopped at 5000 plans); the search models the term that made it fall back, and plans."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "configs/qwen3_tiny.yaml").read_text()
+    path = tmp_path / "qwen3_24.yaml"
+    path.write_text(text.replace("num_hidden_layers: 4", "num_hidden_layers: 24"))
+    probe = auto_plan(path, budget=1 << 40, runtime="cpu")
+    low = max(stage.peak.peak for stage in probe.references["full recompute"].stages)
+    high = max(stage.peak.peak for stage in probe.references["nothing"].stages)
+    plan = auto_plan(path, budget=(low + high) // 2, runtime="cpu")
+    assert plan.fits and plan.repairs == () and 0 < plan.priced_s
