@@ -266,3 +266,20 @@ def test_the_brute_force_benchmark_draws_valid_configs_from_its_seed(tmp_path):
         assert document.plan is not None, (name, document.issues)
         assert all(layer.full_recompute is None and not layer.select_recompute for layer in document.plan.layers)
         assert len(PlanSpace(document).assignments()) == 30
+
+
+def test_measures_rivals_are_the_next_fastest_plans_priced_at_the_commands_throughput():
+    """`--measure`'s rivals come from the search's k best (not every count-form plan estimated): they are the plans
+    after auto's own in the whole space's ranking, and the FLOP model prices them at the command's --tflops."""
+    from mf_memopt.auto.space import rivals
+    from mf_memopt.config.load import load_document
+    from mf_memopt.estimate import Hardware
+
+    budget = 50 * MiB
+    plan = auto_plan(QWEN3, budget=budget, runtime="cpu", margin=0.0)
+    ranked = [item for item in PlanSpace(QWEN3).ranked(budget)
+              if item.choices != tuple(option.choice for option in plan.stages[0].options)]
+    found = rivals(load_document(QWEN3), plan, count=3)
+    assert [round(rival.priced_s, 15) for _, rival in found] == [round(item.priced_s, 15) for item in ranked[:3]]
+    slower = rivals(load_document(QWEN3), plan, count=3, hardware=Hardware(tflops=15.0))
+    assert [rival.priced_s for _, rival in slower] == pytest.approx([10 * rival.priced_s for _, rival in found])
