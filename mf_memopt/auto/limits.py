@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..estimate.effects import LayerEffect, TensorFate
@@ -77,14 +78,20 @@ class AscendStage:
 
 @functools.lru_cache(maxsize=4096)
 def _kept_cap(stage: AscendStage, rebuilt: int, budget: int) -> int:
-    if stage.peak_of(0, rebuilt) > budget:
+    return most_kept(stage.peak_of, rebuilt, budget)
+
+
+def most_kept(peak_of: Callable[[int, int], int], rebuilt: int, budget: int) -> int:
+    """The most kept bytes with `peak_of(kept, rebuilt)` within `budget` (-1 if none), for a peak that grows with the
+    kept bytes: doubling, then bisection, in integers."""
+    if peak_of(0, rebuilt) > budget:
         return -1
     low, high = 0, max(1, budget)
-    while stage.peak_of(high, rebuilt) <= budget:
+    while peak_of(high, rebuilt) <= budget:
         low, high = high, high * 2
     while high - low > 1:
         middle = (low + high) // 2
-        low, high = (middle, high) if stage.peak_of(middle, rebuilt) <= budget else (low, middle)
+        low, high = (middle, high) if peak_of(middle, rebuilt) <= budget else (low, middle)
     return low
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from mf_memopt.auto import InfeasibleBudget, auto_plan
 from mf_memopt.auto.choices import KEEP, Choice
-from mf_memopt.auto.limits import CpuStage, CpuTerms
+from mf_memopt.auto.limits import CpuStage, CpuTerms, most_kept
 from mf_memopt.auto.milp import Program, SolverError
 from mf_memopt.auto.solver import Option, best_plans, least_peak, solve_stage
 
@@ -61,15 +61,7 @@ class AscendLike:
         return round(self.factor * sum(option.swapped for option in options))
 
     def kept_cap(self, rebuilt: int, budget: int) -> int:
-        if self.peak_of(0, rebuilt) > budget:
-            return -1
-        low, high = 0, 1
-        while self.peak_of(high, rebuilt) <= budget:
-            low, high = high, high * 2
-        while high - low > 1:
-            middle = (low + high) // 2
-            low, high = (middle, high) if self.peak_of(middle, rebuilt) <= budget else (low, middle)
-        return low
+        return most_kept(self.peak_of, rebuilt, budget)
 
 
 def _option(rng: random.Random, choice: Choice, scale: int) -> Option:
