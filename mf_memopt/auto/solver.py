@@ -40,7 +40,7 @@ import heapq
 import itertools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .choices import Choice
 from .limits import AscendStage, CpuStage
@@ -82,14 +82,13 @@ class _Segment:
 
 @dataclass(slots=True)
 class _Built:
-    """A stage's programme: the variables a plan is known by (`counts`), the three objectives in order, how to read a
-    plan off a solution, and the plan's peak and host bytes in integers."""
+    """A stage's programme: the variables a plan is known by (`counts`, the same indices at every budget), the
+    objectives in order, and how to read a plan off a solution."""
 
     program: Program
     counts: list[int]
     objectives: list[dict[int, float]]
     decode: Callable[[Solved], list[Option]]
-    bounds: list[tuple[int, float, float]] = field(default_factory=list)
 
 
 def solve_stage(problem, budget: float, host_budget: float, *, prefixes: bool,
@@ -268,21 +267,22 @@ def _ascend(problem, positions, caps: dict[int, float], host_budget: float, pref
     limits: AscendStage = problem.limits
     segments = _segments(positions, problem.chunk_starts)
     program = Program(name="per-stage search")
+    # the counts first, one per segment and option whatever the budget: `best_plans` bounds them by index
+    counts = {(index, number): program.var(0, segment.size, integer=True)
+              for index, segment in enumerate(segments) for number in range(len(segment.options))}
     picks = {value: program.var(0, 1, integer=True) for value in caps}
     program.row(dict.fromkeys(picks.values(), 1.0), 1, 1, "one largest rebuilt layer")
-    counts: dict[tuple[int, int], int] = {}
     for index, segment in enumerate(segments):
-        members = {}
         for number, option in enumerate(segment.options):
             allowed = [var for value, var in picks.items() if value >= option.rebuilt]
+            var = counts[(index, number)]
             if not allowed:
+                program.upper[var] = 0.0
                 continue
-            var = counts[(index, number)] = members[number] = program.var(0, segment.size, integer=True)
             program.row({var: 1.0, **dict.fromkeys(allowed, -float(segment.size))}, -math.inf, 0,
                         "rebuilt within the largest")
-        if not members:
-            return None
-        program.row(dict.fromkeys(members.values(), 1.0), segment.size, segment.size, f"layers of segment {index}")
+        members = [counts[(index, number)] for number in range(len(segment.options))]
+        program.row(dict.fromkeys(members, 1.0), segment.size, segment.size, f"layers of segment {index}")
     option_of = {var: segments[index].options[number] for (index, number), var in counts.items()}
     if not least:   # the cap of the picked value, as the smallest cap plus each pick's difference from it
         lowest = min(caps.values())
@@ -310,8 +310,7 @@ def _ascend(problem, positions, caps: dict[int, float], host_budget: float, pref
     def decode(solved: Solved) -> list[Option]:
         picked: list[Option] = []
         for index, segment in enumerate(segments):
-            chosen = [(option, round(solved[counts[(index, number)]])) for number, option in enumerate(segment.options)
-                      if (index, number) in counts]
+            chosen = [(option, round(solved[counts[(index, number)]])) for number, option in enumerate(segment.options)]
             for option, times in sorted(chosen, key=lambda item: order(item[0])):
                 picked += [option] * times
         return picked
@@ -331,7 +330,7 @@ def _chains(program: Program, segments: list[_Segment], counts: dict[tuple[int, 
                 if option.choice.swaps:
                     raise ValueError("the count forms cannot say a swap")
                 chosen = frozenset(option.choice.select)
-                if option.choice.full or not chosen or chosen == cells or (index, number) not in counts:
+                if option.choice.full or not chosen or chosen == cells:
                     continue
                 if chosen not in subsets:
                     subsets[chosen] = program.var(0, 1, integer=True)
@@ -346,8 +345,6 @@ def _chains(program: Program, segments: list[_Segment], counts: dict[tuple[int, 
             program.row(dict.fromkeys(turn, 1.0), 1, 1, "where the chain turns between segments")
             for position, segment in ((index, earlier), (later_index, later)):
                 for number, option in enumerate(segment.options):
-                    if (position, number) not in counts:
-                        continue
                     level = _level(option.choice, cells)
                     allowed = turn[level:] if position == index else turn[:level + 1]
                     program.row({counts[(position, number)]: 1.0, **dict.fromkeys(allowed, -float(segment.size))},
