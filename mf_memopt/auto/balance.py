@@ -204,6 +204,9 @@ class _Attempts:
                 plan = self.exact(self.written, budget, minimum=False)
                 if plan.fits:
                     candidates.append(("as written", self.written, plan))
+        if self.model.unproven:
+            said.append(f"the layout programme stopped at its {TIME_LIMIT_S:g} s time limit: its layout is the best it "
+                        "found, not proven the fastest")
         return _Found(candidates=candidates, notes=said if notes else [], layouts=layouts, searched=searched)
 
     def infeasible(self, budget: int) -> InfeasibleBudget:
@@ -294,6 +297,7 @@ class _Pipeline:
     memory: list[_StageMemory]
     head_s: float                       # the last stage's output heads, per micro-batch
     steps: int
+    unproven: bool = False              # the programme stopped at its time limit at least once (`solve`)
 
     @classmethod
     def read(cls, config: Source | Document, hardware: Hardware) -> _Pipeline:
@@ -416,6 +420,8 @@ class _Pipeline:
                 program.row(moment, -np.inf, cap / MIB, f"stage {stage}'s peak")
         program.objective = {layout.slowest: 1.0, **dict.fromkeys(layout.stage_time, 1e-3 / self.stages)}
         found = program.solve(TIME_LIMIT_S)
+        if found is not None and not found.optimal:
+            self.unproven = True
         return None if found is None else [round(found[index]) for index in layout.sizes]
 
     def least_peak(self, host_budget: float) -> float | None:

@@ -89,6 +89,7 @@ class StagePlan:
     options: tuple[Option, ...]
     budget: int                 # what the search was held to (the budget, or less after a repair)
     searched_s: float           # added time as the search counts it
+    proven: bool = True         # False: the search stopped at its time limit (`solver.Solution.proven`)
 
     def got(self) -> dict[int, Option]:
         return dict(zip(self.layers, self.options))
@@ -173,6 +174,8 @@ def auto_plan(config: str | Path | Document, *, budget: int | None = None, runti
     name, stages = best
     stages, repairs, estimate = (stages, [], references["nothing"]) if empty else \
         _repair(context, families[name], name, stages, target, host_budget)
+    repairs += [f"stage {stage.stage}: the search stopped at its time limit; the plan is the best it found, not "
+                "proven the fastest" for stage in stages if not stage.proven]
     final = context.text_of(_assignment(stages), _header(name, budget, host_budget, runtime, stages, estimate,
                                                          references, context.cells, margin))
     return AutoPlan(config=str(path), runtime=runtime, budget=budget, host_budget=host_budget, family=name,
@@ -311,7 +314,7 @@ def _solve_family(context: _Context, name: str, choices: list[Choice], budget: i
             return None
         found[min(extra)[1]] = swapping[min(extra)[1]]
     return [StagePlan(stage=problem.stage, layers=problem.layers, options=item.options, budget=budget,
-                      searched_s=item.seconds) for problem, item in zip(problems, found)]
+                      searched_s=item.seconds, proven=item.proven) for problem, item in zip(problems, found)]
 
 
 def _repair(context: _Context, choices: list[Choice], name: str, stages: list[StagePlan], budget: int,
@@ -331,7 +334,8 @@ def _repair(context: _Context, choices: list[Choice], name: str, stages: list[St
                          f"with {held} bytes")
             if found is not None:
                 stages[stage.stage] = StagePlan(stage=stage.stage, layers=stages[stage.stage].layers,
-                                                options=found.options, budget=held, searched_s=found.seconds)
+                                                options=found.options, budget=held, searched_s=found.seconds,
+                                                proven=found.proven)
     return stages, notes, estimate
 
 

@@ -68,6 +68,7 @@ class Option:
 class Solution:
     options: tuple[Option, ...]
     seconds: float
+    proven: bool = True     # False: HiGHS stopped at its time limit with this plan, not proven the fastest
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +166,8 @@ def _solve_counts(problem, budget: float, host_budget: float, prefixes: bool, ne
         excess = problem.limits.peak(options) - budget
         host = problem.limits.host(options) - host_budget
         if excess <= 0 and host <= 0:
-            return (Solution(options=tuple(options), seconds=sum(option.seconds for option in options)),
+            return (Solution(options=tuple(options), seconds=sum(option.seconds for option in options),
+                             proven=solved.optimal),
                     [round(solved[var]) for var in built.counts])
         if host > 0:
             host_held -= host * 2**attempt

@@ -283,3 +283,29 @@ def test_thousands_of_layers_plan_between_full_recompute_and_nothing(tmp_path):
         auto_plan(config, budget=low // 2)
     smallest = max(error.value.minimum.values())
     assert smallest <= low and auto_plan(config, budget=smallest).fits
+
+
+def test_a_status_other_than_optimal_is_reported_not_read_as_nothing_fits(monkeypatch, tmp_path):
+    """HiGHS stopping at its time limit with a plan: the plan is used and the report says it is not proven the
+    fastest; stopping without one, or failing, is an error that says what HiGHS said, never "no plan fits"."""
+    from types import SimpleNamespace
+
+    import mf_memopt.auto.milp as milp_module
+
+    real = milp_module.milp
+
+    def stopped(*args, **kwargs):
+        result = real(*args, **kwargs)
+        return SimpleNamespace(status=1, x=result.x, message="Time limit reached")
+
+    monkeypatch.setattr(milp_module, "milp", stopped)
+    config = _layers(tmp_path, 64)
+    probe = auto_plan(config, budget=1 << 60)
+    low = max(stage.peak.peak for stage in probe.references["full recompute"].stages)
+    high = max(stage.peak.peak for stage in probe.references["nothing"].stages)
+    plan = auto_plan(config, budget=(low + high) // 2)
+    assert plan.fits and any("stopped at its time limit" in note for note in plan.repairs)
+    monkeypatch.setattr(milp_module, "milp", lambda *args, **kwargs: SimpleNamespace(
+        status=4, x=None, message="Numerical difficulties"))
+    with pytest.raises(SolverError, match="HiGHS found no answer to the per-stage search: Numerical difficulties"):
+        auto_plan(config, budget=(low + high) // 2)
