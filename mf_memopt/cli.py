@@ -118,6 +118,10 @@ def _auto_parser(commands) -> None:
                       help="cpu: price recompute by a measured step-time profile of this model shape (each choice "
                            "given to every layer, raced in one process; cached); --measure implies it. Without it a "
                            "cached profile is used, else the FLOP model")
+    auto.add_argument("--compress", metavar="METHODS",
+                      help="cpu, with a measured profile: the methods a layer's MLP inputs may be kept compressed "
+                           "with, comma-separated (int8, int4, int2, lossless), or none; their time is the "
+                           "profile's (default int8,lossless; the plan writes compress_config)")
     auto.add_argument("--timing-runs", type=_positive_int, default=1, metavar="N",
                       help="cpu: races of the choices in a new time profile, and of the plans in --measure's time "
                            "loop; a time is the median over them (default 1)")
@@ -278,6 +282,7 @@ def _auto(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .auto import InfeasibleBudget, auto_plan
+    from .auto.choices import METHODS
     from .auto.limits import PlannerMismatch
     from .auto.measure import TightenedInfeasible, holds
     from .auto.milp import SolverError
@@ -326,23 +331,39 @@ def _auto(args: argparse.Namespace) -> int:
     if args.balance:
         return _auto_balance(args, budget, host, margin, output)
 
+    compress = _methods(args.compress)
+    unknown = sorted(set(compress or ()) - set(METHODS))
+    if unknown:
+        print(f"auto: --compress: unknown method(s) {', '.join(unknown)} (use {', '.join(METHODS)}, or none)",
+              file=sys.stderr)
+        return 2
+    if compress and args.runtime != "cpu":
+        print("auto: --compress: compression choices are priced by a measured step-time profile of the cpu "
+              "launcher: use it with --runtime cpu", file=sys.stderr)
+        return 2
     document = load_document(args.config)           # the one reading of the config for this command
     times = None
     timed: list = []
     try:
         if args.runtime == "cpu":
+            from .auto.planner import DEFAULT_COMPRESS
             from .auto.space import cached_or_profiled
 
             times = cached_or_profiled(document, measure=args.profile or args.measure, runs=args.timing_runs,
-                                       report=lambda line: print(line, file=sys.stderr))
+                                       report=lambda line: print(line, file=sys.stderr),
+                                       compress=DEFAULT_COMPRESS if compress is None else compress)
     except MeasureError as error:
         print(f"auto --profile: {error}", file=sys.stderr)
         return 1
+    if compress and times is None:
+        print("auto: --compress: compression choices are priced by a measured step-time profile: add --profile (or "
+              "--measure)", file=sys.stderr)
+        return 2
 
     def plan_for(target: int):
         return auto_plan(document, budget=target, runtime=args.runtime, host_budget=host,
                          hardware=Hardware(device_memory=target, tflops=args.tflops, host_gbps=args.host_bandwidth),
-                         output_name=str(output or args.config), margin=margin, times=times)
+                         output_name=str(output or args.config), margin=margin, times=times, compress=compress)
 
     try:
         if args.measure:
@@ -427,6 +448,14 @@ def _auto_balance(args: argparse.Namespace, budget: int, host: float, margin: fl
         print(balance_text(result))
         print(f"written to {output}" if output else "(no --output: the YAML was not written)")
     return 0
+
+
+def _methods(text: str | None) -> tuple[str, ...] | None:
+    """--compress: None when not given, () for `none`, else the methods named (checked by `auto_plan`)."""
+    if text is None:
+        return None
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    return () if names == ("none",) else names
 
 
 def _positive_size(option: str, text: str, parse) -> int:

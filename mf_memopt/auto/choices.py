@@ -1,11 +1,11 @@
 """What `auto` may give a decoder layer, and what each choice costs and saves there.
 
 A choice is a small recipe (full recompute, select recompute of some cells, a layer or
-operator swap); its bytes come from the estimator itself: the choice is turned into the
-`LayerPlan` the YAML would produce and passed through `estimate.effects.layer_effect`, so
-whatever the estimator learns about a layer's tensors reaches the planner unchanged.
-New kinds of choice (activation compression, once the config has a section for it) are
-new `Choice` values with their own bytes and cost; the solver only sees `Option`s.
+operator swap, compression of a cell's Linear inputs); its bytes come from the estimator
+itself: the choice is turned into the `LayerPlan` the YAML would produce and passed through
+`estimate.effects.layer_effect` (and `estimate.compress.compress_effect`), so whatever the
+estimator learns about a layer's tensors reaches the planner unchanged; the solver only sees
+`Option`s.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from ..config.plan import LayerPlan, SwapUse, Use
+from ..config.plan import CompressUse, LayerPlan, SwapUse, Use
 from ..config.rules import Origin
+from ..estimate.compress import compress_effect
 from ..estimate.effects import LayerEffect, layer_effect, with_kept_communication
 from ..estimate.inventory import Op, Saved
 from ..models.family import AutoCells, ModelFamily
@@ -25,6 +26,9 @@ _RECOMPUTE = Origin(path=("recompute_config", "recompute"), line=None)
 _SELECT = Origin(path=("recompute_config", "select_recompute"), line=None)
 _LAYER_SWAP = Origin(path=("swap_config", "layer_swap"), line=None)
 _OP_SWAP = Origin(path=("swap_config", "op_swap"), line=None)
+_COMPRESS = Origin(path=("compress_config", "op_compress"), line=None)
+GROUP_SIZE = 256        # op_compress's default group_size
+METHODS = ("int8", "int4", "int2", "lossless")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,6 +39,7 @@ class Choice:
     select: tuple[str, ...] = ()        # cells recomputed in the backward
     layer_swap: bool = False
     op_swap: tuple[str, ...] = ()       # cells whose outputs are swapped to host memory
+    compress: tuple[tuple[str, str, str], ...] = ()     # (cell, op_compress pattern, method) kept compressed
 
     @property
     def swaps(self) -> bool:
@@ -52,6 +57,7 @@ class Choice:
         parts = [f"recompute {'+'.join(self.select)}"] if self.select else []
         parts += ["swap layer"] if self.layer_swap else []
         parts += [f"swap {'+'.join(self.op_swap)}"] if self.op_swap else []
+        parts += [f"compress {cell} {method}" for cell, _, method in self.compress]
         return ", ".join(parts) or "keep"
 
     def layer_plan(self, layer: int, stage: int, chunk: int, prefetch: int = 1) -> LayerPlan:
@@ -59,7 +65,9 @@ class Choice:
             layer=layer, stage=stage, chunk=chunk, full_recompute=_RECOMPUTE if self.full else None,
             select_recompute=tuple(Use(pattern=cell, origin=_SELECT) for cell in self.select),
             layer_swap=SwapUse(pattern=None, prefetch=prefetch, origin=_LAYER_SWAP) if self.layer_swap else None,
-            op_swap=tuple(SwapUse(pattern=cell, prefetch=prefetch, origin=_OP_SWAP) for cell in self.op_swap))
+            op_swap=tuple(SwapUse(pattern=cell, prefetch=prefetch, origin=_OP_SWAP) for cell in self.op_swap),
+            op_compress=tuple(CompressUse(pattern=pattern, method=method, group_size=GROUP_SIZE, origin=_COMPRESS)
+                              for _, pattern, method in self.compress))
 
 
 KEEP = Choice()
@@ -70,9 +78,11 @@ def _features(full: bool, select: tuple[str, ...]) -> frozenset[str]:
     return frozenset(select) | ({FULL} if full else frozenset())
 
 
-def choice_set(cells: AutoCells, *, swap: bool, select: bool = True, full: bool = True) -> tuple[Choice, ...]:
+def choice_set(cells: AutoCells, *, swap: bool, select: bool = True, full: bool = True,
+               compress: tuple[str, ...] = ()) -> tuple[Choice, ...]:
     """The choices `auto` considers among the family's cells; swap ones only where swapping moves data (the
-    ascend runtime): a cell swapped alone, or next to recomputing another."""
+    ascend runtime): a cell swapped alone, or next to recomputing another; with `compress` (methods), a cell's
+    Linear inputs kept compressed, alone or next to recomputing another cell."""
     choices = [KEEP]
     if select:
         choices += [Choice(select=(cell,)) for cell in cells.select]
@@ -85,6 +95,14 @@ def choice_set(cells: AutoCells, *, swap: bool, select: bool = True, full: bool 
         if select:
             choices += [Choice(select=(cell,), op_swap=(other,)) for cell in cells.select for other in cells.swap
                         if other != cell]
+    targets = [(cell, pattern, method) for method in compress if method != "lossless"
+               for cell, pattern in cells.compress]
+    if "lossless" in compress and cells.lossless is not None:
+        targets.append((*cells.lossless, "lossless"))
+    for target in targets:
+        choices.append(Choice(compress=(target,)))
+        if select:
+            choices += [Choice(select=(other,), compress=(target,)) for other in cells.select if other != target[0]]
     return tuple(choices)
 
 
@@ -112,16 +130,20 @@ class Footprint:
 
 
 def footprints(choices: tuple[Choice, ...], inventory: list[Saved], ops: list[Op],
-               family: ModelFamily, communication: list[Saved] | tuple = ()) -> tuple[Footprint, ...]:
+               family: ModelFamily, communication: list[Saved] | tuple = (), *, model=None,
+               element_bytes: int = 4) -> tuple[Footprint, ...]:
     """Each choice's effect on a layer (all layers of a model have the same tensors), as the estimator counts it:
     `communication`, the outputs of the tensor-parallel communication a fully recomputed layer keeps
-    (`estimate.effects.keeps_communication`), added to full recompute."""
+    (`estimate.effects.keeps_communication`), added to full recompute; a compressed cell's input stored as its
+    method stores it (`estimate.compress.compress_effect`, for `model`, `element_bytes` a saved element)."""
     prints = []
     for choice in choices:
-        effect = layer_effect(choice.layer_plan(0, 0, 0), inventory, ops, family.cell_outputs,
-                              family.primitive_recompute)
+        plan = choice.layer_plan(0, 0, 0)
+        effect = layer_effect(plan, inventory, ops, family.cell_outputs, family.primitive_recompute)
         if choice.full and communication:
             effect = with_kept_communication(effect, list(communication))
+        if choice.compress:
+            effect = compress_effect(plan, effect, family.compression, element_bytes, model)
         rebuilt = any(item.fate == "recomputed" and item.saved.path.startswith(family.auto_cells.attention_prefix)
                       for item in effect.tensors)
         prints.append(Footprint(choice=choice, effect=effect, attention_rebuilt=rebuilt))

@@ -41,7 +41,7 @@ from ..estimate.core import Estimate, estimate_source
 from ..estimate.spec import ModelSpec, read_spec
 from ..estimate.transfer import Hardware
 from ..models.family import AutoCells
-from .choices import KEEP, Choice, choice_set
+from .choices import KEEP, METHODS, Choice, choice_set
 from .limits import PlannerMismatch
 from .problem import StageProblem, stage_problems
 from .solver import Option, Solution, least_peak, solve_stage
@@ -56,6 +56,31 @@ CPU_MARGIN = 0.05
 
 def default_margin(runtime: str) -> float:
     return CPU_MARGIN if runtime == "cpu" else 0.0
+
+
+DEFAULT_COMPRESS = ("int8", "lossless")
+
+
+def compression_methods(compress: tuple[str, ...] | None, runtime: str, times: TimeTable | None) -> tuple[str, ...]:
+    """The compression methods `auto` offers: `compress` as asked (a ValueError where nothing prices them: the codec's
+    time is measured, not modelled), else `DEFAULT_COMPRESS` where a measured cpu profile prices them."""
+    if compress is None:
+        return DEFAULT_COMPRESS if runtime == "cpu" and times is not None else ()
+    unknown = sorted(set(compress) - set(METHODS))
+    if unknown:
+        raise ValueError(f"unknown compression method(s) {', '.join(unknown)}: use {', '.join(METHODS)} or none")
+    if compress and (runtime != "cpu" or times is None):
+        raise ValueError("compression choices are priced by a measured step-time profile: plan with --runtime cpu "
+                         "and --profile (or --measure), or leave --compress out")
+    return tuple(compress)
+
+
+def priced(choices: tuple[Choice, ...], times: TimeTable | None) -> tuple[Choice, ...]:
+    """The choices the profile prices: a compression the profile was measured without is left out (a profile is
+    measured for the methods asked; `space.cached_or_profiled`)."""
+    if times is None:
+        return choices
+    return tuple(choice for choice in choices if not choice.compress or choice.name in times.added_s)
 
 
 class InfeasibleBudget(Exception):
@@ -127,14 +152,17 @@ class AutoPlan:
 def auto_plan(config: str | Path | Document, *, budget: int | None = None, runtime: str = "ascend",
               host_budget: float = INFINITE, hardware: Hardware | None = None,
               choices: tuple[Choice, ...] | None = None, output_name: str | None = None, margin: float | None = None,
-              source: Source | None = None, minimum: bool = True, times: TimeTable | None = None) -> AutoPlan:
+              source: Source | None = None, minimum: bool = True, times: TimeTable | None = None,
+              compress: tuple[str, ...] | None = None) -> AutoPlan:
     """Plan `config` for `budget` bytes of device memory per stage, predicted peaks held to the budget less
     `margin` (the runtime's default when None); without `budget`, the YAML's (`estimate.budget.device_budget`).
     Raises `InfeasibleBudget` or `ConfigError`. `config` is a path (read here) or a document already read;
     `source`, when given, is `config` already read (and perhaps rewritten in memory, as `auto --balance` rewrites
     its offsets); with `minimum` False an `InfeasibleBudget`
     does not name the smallest budgets (their search is the slow part). `times`, a measured profile of this model
-    shape (`timing.py`), prices each choice by its measured time instead of its FLOPs."""
+    shape (`timing.py`), prices each choice by its measured time instead of its FLOPs. `compress`: the methods a
+    layer's cells may be kept compressed with (`choices.METHODS`); only a measured profile prices them, so by
+    default `DEFAULT_COMPRESS` on the cpu runtime with a profile, else none (`compression_methods`)."""
     margin = default_margin(runtime) if margin is None else margin
     if not 0 <= margin < 1:
         raise ValueError(f"the margin is a share of the budget in [0, 1), got {margin}")
@@ -155,7 +183,9 @@ def auto_plan(config: str | Path | Document, *, budget: int | None = None, runti
     references = {"nothing": context.estimate_of(context.uniform(KEEP)),
                   strongest[0]: context.estimate_of(context.uniform(strongest[1]))}
     swap = runtime == "ascend"
-    offered = choices or choice_set(context.cells, swap=swap, full=full)
+    methods = compression_methods(compress, runtime, times)
+    offered = choices or priced(choice_set(context.cells, swap=swap, full=full, compress=methods), times)
+    context.compress = any(choice.compress for choice in offered)
     families = {"counts": [choice for choice in offered if not choice.swaps]}
     if swap and any(choice.swaps for choice in offered):
         families["indices"] = list(offered)
@@ -220,6 +250,7 @@ class _Context:
     cells: AutoCells
     problems: dict[tuple[Choice, ...], list[StageProblem]] = field(default_factory=dict)
     times: TimeTable | None = None
+    compress: bool = False              # compression is among the choices: the written YAML says it either way
 
     @classmethod
     def read(cls, config: Source | Document, runtime: str, hardware: Hardware, text: str,
@@ -247,7 +278,7 @@ class _Context:
 
     def text_of(self, assignment: Assignment, header: list[str] | None = None) -> str:
         original = self.source.get(("recompute_config",)) or {}
-        new = sections(assignment, self.plan.layout, original, self.cells)
+        new = sections(assignment, self.plan.layout, original, self.cells, self.compress)
         return replace_sections(self.text, {**new, **self._bases()}, header or [])
 
     def _bases(self) -> dict:
@@ -262,7 +293,7 @@ class _Context:
     def estimate_of(self, assignment: Assignment) -> Estimate:
         """The estimate of the YAML with these sections (built as a mapping: no text round trip)."""
         original = self.source.get(("recompute_config",)) or {}
-        data = {**self.source.data, **sections(assignment, self.plan.layout, original, self.cells)}
+        data = {**self.source.data, **sections(assignment, self.plan.layout, original, self.cells, self.compress)}
         return estimate_source(Source(file=self.output_name, data=data, lines=self.source.lines),
                                runtime=self.runtime, hardware=self.hardware)
 
@@ -386,6 +417,9 @@ def _header(family: str, budget: int, host_budget: float, runtime: str, stages: 
              f"Made per pipeline stage by an exact search over keep / recompute {', '.join(cells.select)} or both /",
              f"full recompute{moves}: the least predicted added step time with the estimated peak within the budget.",
              f"Written as {form}."]
+    if any(option.choice.compress for stage in stages for option in stage.options):
+        lines.append("Compression (its codec's time measured in the profile) was among the choices: compress_config "
+                     "is written too.")
     if margin:
         held = human(budget - round(budget * margin))
         lines.append(f"Predicted peaks held to {held}: a {margin * 100:g}% margin for the estimator's error on the "

@@ -34,7 +34,8 @@ def stage_problems(plan: Plan, spec: tuple[ModelSpec, ParallelSpec, OptimizerSpe
     family = plan.family
     ops = {kind: family.layer_ops(kind, parallel) for kind in model.layer_kinds}
     kinds = {kind: footprints(choices, family.inventory(kind, parallel, runtime), ops[kind], family,
-                              communication(plan, kind, parallel, runtime))
+                              communication(plan, kind, parallel, runtime), model=kind,
+                              element_bytes=saved_element(kind, runtime))
              for kind in model.layer_kinds}
     seconds = {kind: hardware.seconds(sum(op.flops for op in ops[kind])) for kind in model.layer_kinds}
     mtp = _mtp_prints(plan, model, parallel, choices, runtime, hardware)
@@ -84,9 +85,15 @@ def _mtp_prints(plan: Plan, model: ModelSpec, parallel: ParallelSpec, choices: t
     family = plan.family
     ops = family.mtp_ops(model, parallel)
     prints = footprints(choices, family.mtp_inventory(model, parallel, runtime), ops, family,
-                        communication(plan, model, parallel, runtime))
+                        communication(plan, model, parallel, runtime), model=model,
+                        element_bytes=saved_element(model, runtime))
     return ({footprint.choice: _times(footprint, model.mtp_layers) for footprint in prints},
             model.mtp_layers * hardware.seconds(sum(op.flops for op in ops)))
+
+
+def saved_element(kind: ModelSpec, runtime: str) -> int:
+    """Bytes of a saved element as the estimator counts a compressed tensor's elements (`estimate.core`)."""
+    return 4 if runtime == "cpu" else kind.compute_bytes
 
 
 def communication(plan: Plan, kind: ModelSpec, parallel: ParallelSpec, runtime: str) -> list:

@@ -150,32 +150,42 @@ def rivals(document: Document, plan: AutoPlan, *, count: int, times: TimeTable |
             for choices in found if choices != mine][:count]
 
 
-def profile_config(config: str | Path | Document, *, runs: int | None = None, report=lambda line: None
-                   ) -> TimeTable:
-    """Measure the config's step-time profile (`timing.profile`: every layer given each choice, raced)."""
+def profile_config(config: str | Path | Document, *, runs: int | None = None, report=lambda line: None,
+                   compress: tuple[str, ...] = ()) -> TimeTable:
+    """Measure the config's step-time profile (`timing.profile`: every layer given each choice, raced), the
+    compression `compress` names among the choices."""
     from . import timing
 
     space = PlanSpace(config, runtime="cpu")
     context = space.context
+    offered = choice_set(context.cells, swap=False, compress=compress)
+    context.compress = any(choice.compress for choice in offered)
     return timing.profile(context.source, len(space.layers), lambda choice: context.text_of(context.uniform(choice)),
-                          space.offered, runs=runs or timing.RUNS, report=report)
+                          offered, runs=runs or timing.RUNS, report=report)
 
 
 def cached_or_profiled(config: str | Path | Document, *, measure: bool, runs: int | None = None,
-                       report=lambda line: None, directory: Path | None = None) -> TimeTable | None:
-    """The cached profile of this model shape; else, with `measure`, a new one of `runs` races (cached);
-    else None."""
+                       report=lambda line: None, directory: Path | None = None,
+                       compress: tuple[str, ...] = ()) -> TimeTable | None:
+    """The cached profile of this model shape; else, with `measure`, a new one of `runs` races (cached); else None.
+    With `measure`, a cached profile without a time for some compression of `compress` is measured again."""
     from . import timing
 
     document = load_document(config)
     source = document.source
     table = timing.load_table(source, directory)
-    if table is not None:
-        report(f"time profile: cached in {timing.cache_path(source, directory)} ({table.source}; {table.load})")
+    context = _Context.read(document, "cpu", Hardware(), source.text, source.file) if compress else None
+    wanted = {choice.name for choice in choice_set(context.cells, swap=False, compress=compress)} if context else set()
+    missing = sorted(wanted - set(table.added_s)) if table is not None else []
+    if table is not None and not (missing and measure):
+        report(f"time profile: cached in {timing.cache_path(source, directory)} ({table.source}; {table.load})"
+               + (f"; it has no time for {', '.join(missing)}, which are not offered" if missing else ""))
         return table
     if not measure:
         return None
-    report(f"time profile: none cached for this model shape; measuring it ({timing.load_average()})")
-    table = profile_config(document, runs=runs, report=report)
+    why = f"the cached one has no time for {', '.join(missing)}" if table is not None else \
+        "none cached for this model shape"
+    report(f"time profile: {why}; measuring it ({timing.load_average()})")
+    table = profile_config(document, runs=runs, report=report, compress=compress)
     report(f"time profile: written to {timing.save_table(table, source, directory)}")
     return table

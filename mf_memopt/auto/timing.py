@@ -1,11 +1,13 @@
-"""What a recompute choice costs in time, measured: the step-time profile `auto --runtime cpu` prices plans with.
+"""What a recompute or compression choice costs in time, measured: the step-time profile `auto --runtime cpu` prices
+plans with.
 
 FLOPs say little about recompute time on CPU: the softmax, the norms, the casts and the attention-score tensors
 are memory-bound and take far more time than their FLOPs say. So the cost of each choice is measured on the
-config itself: one race (`race.py`) trains the config with every layer given each choice (keep, each cell, every
-cell, full recompute) in one process, one step of each choice in turn, `race.STEPS` steps each. A choice's added
-time per layer and step is (its step time over keep's - 1) x keep's step time / layers: the recompute as the
-runtime runs it, every operator of the recomputed cells included. `problem.py` prices a plan as the sum of its
+config itself: races (`race.py`) train the config with every layer given each choice (keep, each cell, every
+cell, full recompute, each compression offered) in one process, one step of each choice in turn, `race.STEPS`
+steps each, at most `GROUP` plans a race with keep in every one. A choice's added time per layer and step is (its
+step time over keep's - 1) x keep's step time / layers: the recompute, or the codec, as the runtime runs it, every
+operator included. `problem.py` prices a plan as the sum of its
 layers' added times.
 
 The clock: a step's wall time after the first `race.WARMUP` steps (the compile; on CPU the next four steps run
@@ -41,7 +43,8 @@ from . import race as racing
 from .choices import Choice
 
 RUNS = 1                    # races per profile (a plan measured within 2.2% of its mean over three races)
-VERSION = 5                 # 5: steps paired with keep's (4: lower quartiles; 3: a run per choice)
+VERSION = 6                 # 6: compression choices, races of at most GROUP plans (5: steps paired with keep's)
+GROUP = 6                   # plans per race, keep included: a race holds every plan's compiled step at once
 _IGNORED = ("recompute_config", "swap_config", "callbacks", "output_dir", "load_checkpoint", "src_strategy_path_or_dir",
             "train_dataset", "train_dataset_task", "generated_dataset", "eval_dataset", "eval_dataset_task")
 
@@ -134,29 +137,34 @@ def profile(source: Source, layers: int, uniform: Callable[[Choice], str], choic
     samples: dict[str, list[float]] = {name: [] for name in names}      # each race's step time
     ratios: dict[str, list[float]] = {name: [] for name in names}       # each race's step time over keep's
     loads = [load_average()]
+    others = [name for name in names if name != "keep"]
+    groups = [["keep", *others[start:start + GROUP - 1]] for start in range(0, len(others), GROUP - 1)] or [["keep"]]
     with tempfile.TemporaryDirectory(prefix="mf_memopt_profile_") as tmp:
-        configs = []
+        configs = {}
         for name in names:
-            configs.append(Path(tmp) / f"{_slug(name)}.yaml")
-            configs[-1].write_text(uniform(by_name[name]), encoding="utf-8")
+            configs[name] = Path(tmp) / f"{_slug(name)}.yaml"
+            configs[name].write_text(uniform(by_name[name]), encoding="utf-8")
         for repeat in range(runs):
-            began = time.perf_counter()
-            timed = race(configs, Path(tmp) / f"race{repeat}", steps)
-            keep = timed[names.index("keep")]
-            for name, seconds in zip(names, timed):
-                samples[name].append(racing.lower_quartile(seconds))
-                ratios[name].append(racing.paired_ratio(seconds, keep))
-            report(f"profile: race {repeat + 1}/{runs} ({time.perf_counter() - began:.0f} s), every layer given: "
-                   + ", ".join(f"{name} {samples[name][-1] * 1e3:.0f} ms" for name in names))
-            loads.append(load_average())
+            for number, group in enumerate(groups):
+                began = time.perf_counter()
+                timed = race([configs[name] for name in group], Path(tmp) / f"race{repeat}_{number}", steps)
+                keep = timed[0]
+                for name, seconds in zip(group, timed):
+                    samples[name].append(racing.lower_quartile(seconds))
+                    ratios[name].append(racing.paired_ratio(seconds, keep))
+                report(f"profile: race {repeat * len(groups) + number + 1}/{runs * len(groups)} "
+                       f"({time.perf_counter() - began:.0f} s), every layer given: "
+                       + ", ".join(f"{name} {samples[name][-1] * 1e3:.0f} ms" for name in group))
+                loads.append(load_average())
     base = statistics.median(samples["keep"])
     measured = {name: max(0.0, statistics.median(values) - 1.0) * base / layers for name, values in ratios.items()}
     added = monotone(measured, by_name)
     noise = statistics.median(max(values) - min(values) for values in ratios.values()) * base / layers
     return TimeTable(key=shape_key(source), layers=layers, base_s=base, added_s=added, samples=samples, noise_s=noise,
                      source=f"step-time profile measured here (every layer given each choice, raced in one process "
-                            f"{runs} time(s), {steps - racing.WARMUP} timed steps each, each step paired with keep's "
-                            f"step of the same batch; races differ by {noise * 1e3:.1f} ms per layer)",
+                            f"{runs} time(s) in {len(groups)} race(s) of at most {GROUP} plans with keep, "
+                            f"{steps - racing.WARMUP} timed steps each, each step paired with keep's step of the same "
+                            f"batch; races differ by {noise * 1e3:.1f} ms per layer)",
                      load="; ".join(loads))
 
 
@@ -164,9 +172,11 @@ def monotone(added: dict[str, float], choices: dict[str, Choice]) -> dict[str, f
     """A recompute of more cells costs at least what each of its cells costs (both cells at least each one alone):
     noise can measure the larger one as cheaper, and it then takes the larger of its cells' times. Full recompute
     is not held to this: it runs as one recomputed segment per layer, and it measured faster than recomputing both
-    cells (by 6% on a 4-layer Llama without flash attention, each plan's faster of two runs compared)."""
+    cells (by 6% on a 4-layer Llama without flash attention, each plan's faster of two runs compared). A choice that
+    also compresses contains the one without."""
     def contains(big: Choice, small: Choice) -> bool:
-        return big == small or (not big.full and not small.full and set(small.select) <= set(big.select))
+        return big == small or (not big.full and not small.full and set(small.select) <= set(big.select)
+                                and set(small.compress) <= set(big.compress))
 
     return {name: max(added[other] for other in added if contains(choices[name], choices[other]))
             for name in added}

@@ -39,8 +39,10 @@ class Assignment:
 
 
 def sections(assignment: Assignment, layout: Layout, original: dict[str, Any],
-             cells: AutoCells) -> dict[str, dict[str, Any]]:
-    """The new `recompute_config` and `swap_config` as plain values, naming the family's cells."""
+             cells: AutoCells, compress: bool = False) -> dict[str, dict[str, Any]]:
+    """The new `recompute_config` and `swap_config` as plain values, naming the family's cells; with `compress`
+    (compression was among the choices), `compress_config` too: an `op_compress` entry per pattern and method, with
+    the layers it applies to (or `compress: False`)."""
     if assignment.swaps:
         recompute = _by_index(assignment, cells)
         swap = {"swap": True, **_swaps(assignment, cells)}
@@ -53,7 +55,23 @@ def sections(assignment: Assignment, layout: Layout, original: dict[str, Any],
         if isinstance(original.get(key), bool) and (full or key == "select_comm_recompute"):
             recompute[key] = original[key]
     recompute.setdefault("select_comm_recompute", False)
-    return {"recompute_config": recompute, "swap_config": swap}
+    written = {"recompute_config": recompute, "swap_config": swap}
+    if compress:
+        written["compress_config"] = _compressions(assignment)
+    return written
+
+
+def _compressions(assignment: Assignment) -> dict[str, Any]:
+    entries: dict[tuple[str, str], list[int]] = {}
+    for layer, choice in sorted(assignment.choices.items()):
+        for _, pattern, method in choice.compress:
+            entries.setdefault((pattern, method), []).append(layer)
+    every = len(assignment.choices)
+    if not entries:
+        return {"compress": False}
+    return {"compress": True, "op_compress": [
+        {"op_name": pattern, "method": method, "layers": True if len(layers) == every else layers}
+        for (pattern, method), layers in sorted(entries.items())]}
 
 
 def _by_index(assignment: Assignment, cells: AutoCells) -> dict[str, Any]:

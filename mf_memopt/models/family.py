@@ -92,6 +92,11 @@ class AutoCells:
     """Swapped on their own, or next to recomputing the other."""
     attention_prefix: str
     """Tensors under it are rebuilt when the attention is recomputed."""
+    compress: tuple[tuple[str, str], ...] = ()
+    """(cell, op_compress pattern): what `auto` may keep quantised (int8/int4/int2), named by the `select` cell
+    whose Linear inputs the pattern matches."""
+    lossless: tuple[str, str] | None = None
+    """(cell, op_compress pattern) `auto` may compress losslessly (`method: lossless`), or None."""
 
 
 @runtime_checkable

@@ -80,7 +80,7 @@ def test_profile_races_every_choice_against_keep():
     assert table.seconds(ATTENTION) == pytest.approx((0.3 + 0.4) / 2 * 1.15 / 4)   # the median of the races
     assert table.seconds(MLP) == 0.0 and table.seconds(KEEP) == 0.0        # faster than keep: free, not negative
     # the races' spread per layer: the median over the choices of (largest - smallest ratio) x keep's time / layers
-    assert table.noise_s == pytest.approx(0.0) and "raced in one process 2 time(s)" in table.source
+    assert table.noise_s == pytest.approx(0.0) and "raced in one process 2 time(s) in 1 race(s)" in table.source
 
 
 def test_plans_in_a_race_are_compared_step_by_step():

@@ -24,7 +24,9 @@ LLAMA = ModelFamily(
     defaults=Defaults(select=(r"feed_forward\.mul", r"feed_forward\.w1\.activation\.silu"), comm=(_DEFAULT_COMM,),
                       swap=_DEFAULT_SWAP, compress_dense=r"feed_forward\.w2"),
     auto_cells=AutoCells(select=("feed_forward", "attention"), swap=("attention", "feed_forward"),
-                         attention_prefix="attention."),
+                         attention_prefix="attention.",
+                         compress=(("feed_forward", r"feed_forward\.(w1|w2|w3)"),),
+                         lossless=("feed_forward", r"feed_forward\.w2")),
     ir_layer_scope=re.compile(r"layers-CellList/(\d+)-[^/]+/?(.*)$"),
     # A recomputed cell's output is kept, not recomputed: the matmuls that produce the attention and
     # MLP outputs run again only under full recompute of the layer.

@@ -223,7 +223,8 @@ _PATTERN_HINTS = {
 
 
 _AUTO_CELLS = AutoCells(select=("mlp", "self_attention"), swap=("self_attention", "mlp"),
-                        attention_prefix="self_attention.")
+                        attention_prefix="self_attention.",
+                        compress=(("mlp", r"mlp\.(linear_fc1|linear_fc2)"),))
 # an MoE layer: the experts alone (their activations are most of the block's), the whole block, the attention
 _MOE_AUTO_CELLS = AutoCells(select=("mlp", "self_attention", r"mlp\.experts"), swap=("self_attention", "mlp"),
                             attention_prefix="self_attention.")
