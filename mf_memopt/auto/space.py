@@ -160,8 +160,9 @@ def profile_config(config: str | Path | Document, *, runs: int | None = None, re
     context = space.context
     offered = choice_set(context.cells, swap=False, compress=compress)
     context.compress = any(choice.compress for choice in offered)
-    return timing.profile(context.source, len(space.layers), lambda choice: context.text_of(context.uniform(choice)),
-                          offered, runs=runs or timing.RUNS, report=report)
+    table = timing.profile(context.source, len(space.layers), lambda choice: context.text_of(context.uniform(choice)),
+                           offered, runs=runs or timing.RUNS, report=report)
+    return replace(table, codec=timing.codec_now()) if context.compress else table
 
 
 def cached_or_profiled(config: str | Path | Document, *, measure: bool, runs: int | None = None,
@@ -174,6 +175,8 @@ def cached_or_profiled(config: str | Path | Document, *, measure: bool, runs: in
     document = load_document(config)
     source = document.source
     table = timing.load_table(source, directory)
+    if table is not None and compress:
+        table = timing.without_other_codec(table, timing.codec_now())
     context = _Context.read(document, "cpu", Hardware(), source.text, source.file) if compress else None
     wanted = {choice.name for choice in choice_set(context.cells, swap=False, compress=compress)} if context else set()
     missing = sorted(wanted - set(table.added_s)) if table is not None else []

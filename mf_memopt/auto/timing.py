@@ -34,7 +34,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..config.reading import read_bytes
@@ -61,6 +61,7 @@ class TimeTable:
     source: str = ""
     load: str = ""
     noise_s: float = 0.0                    # the runs' spread per layer: choices closer than it are not told apart
+    codec: str = ""                         # the codec that ran the compression choices ("fused", "reference")
 
     def seconds(self, choice: Choice) -> float:
         if choice.name not in self.added_s:
@@ -71,7 +72,7 @@ class TimeTable:
     def to_dict(self) -> dict:
         return {"version": VERSION, "key": self.key, "layers": self.layers, "base_s": self.base_s,
                 "added_s": self.added_s, "samples": self.samples, "source": self.source, "load": self.load,
-                "noise_s": self.noise_s}
+                "noise_s": self.noise_s, "codec": self.codec}
 
     @classmethod
     def from_dict(cls, data: dict) -> TimeTable:
@@ -79,7 +80,25 @@ class TimeTable:
                    added_s={str(k): float(v) for k, v in data["added_s"].items()},
                    samples={str(k): [float(x) for x in v] for k, v in data.get("samples", {}).items()},
                    source=str(data.get("source", "")), load=str(data.get("load", "")),
-                   noise_s=float(data.get("noise_s", 0.0)))
+                   noise_s=float(data.get("noise_s", 0.0)), codec=str(data.get("codec", "")))
+
+
+def codec_now() -> str:
+    """The codec a compression choice runs with in this process's environment (`compress.choice.choose_codec`: the
+    fused kernels and the graph-operator reference differ by about a quarter of a step here), or "unavailable"."""
+    from ..compress.choice import choose_codec
+
+    try:
+        return choose_codec("CPU").name
+    except (ValueError, OSError):
+        return "unavailable"
+
+
+def without_other_codec(table: TimeTable, codec: str) -> TimeTable:
+    """The table, its compression times dropped when another codec than `codec` measured them."""
+    if table.codec in ("", codec):
+        return table
+    return replace(table, added_s={name: value for name, value in table.added_s.items() if "compress " not in name})
 
 
 def shape_key(source: Source) -> str:

@@ -125,3 +125,18 @@ def test_the_profile_races_at_most_a_group_of_plans_each_with_keep():
         choice.name for choice in choices if choice != KEEP)
     name = "compress feed_forward int4"
     assert table.added_s[name] == pytest.approx(0.01 * (len(name) - len("keep")) / 4, rel=1e-9)
+
+
+def test_compression_times_measured_with_another_codec_are_not_reused():
+    """The fused kernels and the graph-operator reference differ by about a quarter of a step: a profile's
+    compression times count only for the codec that measured them; its recompute times stay."""
+    from dataclasses import replace
+
+    from mf_memopt.auto.timing import without_other_codec
+
+    table = replace(_table(TINY, {**RECOMPUTE, **COMPRESS}), codec="reference")
+    assert without_other_codec(table, "reference") is table
+    fused = without_other_codec(table, "fused")
+    assert set(fused.added_s) == {"keep", *RECOMPUTE}
+    plan = auto_plan(TINY, budget=52 * MiB, runtime="cpu", margin=0.0, times=fused)
+    assert not any(option.choice.compress for option in plan.stages[0].options)
