@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 import yaml
 
+from auto_profiles import no_user_profile  # noqa: F401 (an autouse fixture)
 from mf_memopt.auto.choices import KEEP, Choice
 from mf_memopt.auto.space import PlanSpace
 from mf_memopt.cli import main
@@ -17,12 +17,6 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs/llama_tiny.yaml"
 MiB = 2**20
 FULL = Choice(full=True)
-
-
-@pytest.fixture(autouse=True)
-def _no_user_profile(tmp_path, monkeypatch):
-    """A time profile cached in the user's directory would change what the cpu plans cost: none here."""
-    monkeypatch.setenv("MF_MEMOPT_CACHE", str(tmp_path / "cache"))
 
 
 def test_measure_profiles_races_rivals_and_keeps_the_fastest(capsys, tmp_path, monkeypatch):

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from auto_profiles import no_user_profile  # noqa: F401 (an autouse fixture)
 from mf_memopt.auto import InfeasibleBudget, auto_plan
 from mf_memopt.cli import main
 from mf_memopt.estimate import estimate_config
@@ -18,12 +19,6 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs/llama_tiny.yaml"
 LLAMA7B = ROOT / "configs/planning/llama2_7b_swap_pp2.yaml"
 MiB, GiB = 2**20, 2**30
-
-
-@pytest.fixture(autouse=True)
-def _no_user_profile(tmp_path, monkeypatch):
-    """A time profile cached in the user's directory would change what the cpu plans cost: none here."""
-    monkeypatch.setenv("MF_MEMOPT_CACHE", str(tmp_path / "cache"))
 
 
 def _tiny_uniform(tmp_path: Path, *, full: bool) -> int:

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from auto_profiles import no_user_profile, profile_table  # noqa: F401 (no_user_profile: an autouse fixture)
 from mf_memopt.auto import auto_plan
 from mf_memopt.auto.choices import KEEP, Choice, choice_set
-from mf_memopt.auto.timing import GROUP, TimeTable, profile, shape_key
+from mf_memopt.auto.timing import GROUP, profile
 from mf_memopt.cli import main
 from mf_memopt.config.load import load_plan
 from mf_memopt.config.source import load_source
@@ -26,16 +27,6 @@ RECOMPUTE = {"full recompute": 0.09, "recompute attention": 0.07, "recompute fee
 COMPRESS = {"compress feed_forward int8": 0.004, "compress feed_forward lossless": 0.001,
             "recompute attention, compress feed_forward int8": 0.074,
             "recompute attention, compress feed_forward lossless": 0.071}
-
-
-@pytest.fixture(autouse=True)
-def _no_user_profile(tmp_path, monkeypatch):
-    monkeypatch.setenv("MF_MEMOPT_CACHE", str(tmp_path / "cache"))
-
-
-def _table(config: Path, added: dict[str, float]) -> TimeTable:
-    return TimeTable(key=shape_key(load_source(config)), layers=4, base_s=1.0, added_s={"keep": 0.0, **added},
-                     source="test profile")
 
 
 def test_the_choices_name_the_cell_and_the_method():
@@ -54,7 +45,7 @@ def test_a_plan_that_compresses_is_written_validated_and_estimated_as_planned(tm
     compress_config that says so, validates, and `estimate` gives the search's peaks; it is never slower than the best
     plan without compression."""
     budget = budget_mib * MiB
-    table = _table(TINY, {**RECOMPUTE, **COMPRESS})
+    table = profile_table(TINY, {**RECOMPUTE, **COMPRESS})
     plan = auto_plan(TINY, budget=budget, runtime="cpu", margin=0.0, times=table)
     plain = auto_plan(TINY, budget=budget, runtime="cpu", margin=0.0, times=table, compress=())
     assert any(option.choice.compress for option in plan.stages[0].options)
@@ -74,7 +65,7 @@ def test_a_plan_that_compresses_is_written_validated_and_estimated_as_planned(tm
 
 
 def test_mcore_linears_are_compressed_as_the_estimate_counts_them(tmp_path):
-    table = _table(QWEN3, {"full recompute": 0.09, "recompute self_attention": 0.07, "recompute mlp": 0.05,
+    table = profile_table(QWEN3, {"full recompute": 0.09, "recompute self_attention": 0.07, "recompute mlp": 0.05,
                            "recompute mlp+self_attention": 0.095, "compress mlp int8": 0.002,
                            "recompute self_attention, compress mlp int8": 0.072})
     probe = auto_plan(QWEN3, budget=1 << 40, runtime="cpu", times=table, compress=("int8",))
@@ -104,7 +95,7 @@ def test_compression_needs_a_measured_profile(capsys):
 
 
 def test_a_compression_the_profile_has_no_time_for_is_not_offered():
-    table = _table(TINY, RECOMPUTE)             # measured before compression was a choice
+    table = profile_table(TINY, RECOMPUTE)             # measured before compression was a choice
     plan = auto_plan(TINY, budget=52 * MiB, runtime="cpu", margin=0.0, times=table)
     assert not any(option.choice.compress for option in plan.stages[0].options)
 
@@ -134,7 +125,7 @@ def test_compression_times_measured_with_another_codec_are_not_reused():
 
     from mf_memopt.auto.timing import without_other_codec
 
-    table = replace(_table(TINY, {**RECOMPUTE, **COMPRESS}), codec="reference")
+    table = replace(profile_table(TINY, {**RECOMPUTE, **COMPRESS}), codec="reference")
     assert without_other_codec(table, "reference") is table
     fused = without_other_codec(table, "fused")
     assert set(fused.added_s) == {"keep", *RECOMPUTE}

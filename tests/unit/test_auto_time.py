@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from auto_profiles import no_user_profile, profile_table  # noqa: F401 (no_user_profile: an autouse fixture)
 from mf_memopt.auto import auto_plan
 from mf_memopt.auto.choices import KEEP, Choice
 from mf_memopt.auto.measure import measure_time
 from mf_memopt.auto.space import PlanSpace, stage_assignments
 from mf_memopt.auto.race import STEPS, WARMUP, lower_quartile, paired_ratio, rotated, step_times
-from mf_memopt.auto.timing import TimeTable, load_table, monotone, profile, save_table, shape_key
+from mf_memopt.auto.timing import load_table, monotone, profile, save_table
 from mf_memopt.estimate.measure import MeasureError
 from mf_memopt.config.source import load_source
 
@@ -27,17 +28,6 @@ FULL = Choice(full=True)
 ATTENTION = Choice(select=("attention",))
 MLP = Choice(select=("feed_forward",))
 BOTH = Choice(select=("feed_forward", "attention"))     # the family's order of its cells
-
-
-@pytest.fixture(autouse=True)
-def _no_user_profile(tmp_path, monkeypatch):
-    """A time profile cached in the user's directory would change what the cpu plans cost: none here."""
-    monkeypatch.setenv("MF_MEMOPT_CACHE", str(tmp_path / "cache"))
-
-
-def _table(config: Path, added: dict[str, float]) -> TimeTable:
-    return TimeTable(key=shape_key(load_source(config)), layers=4, base_s=1.0, added_s={"keep": 0.0, **added},
-                     source="test profile")
 
 
 def test_stage_assignments_are_every_distinct_count_plan():
@@ -123,7 +113,7 @@ def test_profile_cache_is_per_model_shape(tmp_path):
     """The cache is keyed by the model's shape: another plan section hits it, another hidden size misses it; a
     broken file counts as no profile."""
     source = load_source(TINY)
-    table = _table(TINY, {"full recompute": 0.1})
+    table = profile_table(TINY, {"full recompute": 0.1})
     path = save_table(table, source, tmp_path)
     assert load_table(source, tmp_path) == table
     replanned = TINY.read_text().replace("'feed_forward': True", "'attention': True")
@@ -154,7 +144,7 @@ def test_a_measured_profile_decides_the_plan_where_flops_decide_otherwise():
     flops = auto_plan(TINY, budget=60 * MiB, runtime="cpu", margin=0.0)
     assert "FLOP model" in flops.time_source
     flop_choices = {option.choice for option in flops.stages[0].options}
-    table = _table(TINY, {"full recompute": 0.096, "recompute attention": 0.12, "recompute feed_forward": 0.05,
+    table = profile_table(TINY, {"full recompute": 0.096, "recompute attention": 0.12, "recompute feed_forward": 0.05,
                           "recompute feed_forward+attention": 0.15})
     measured = auto_plan(TINY, budget=60 * MiB, runtime="cpu", margin=0.0, times=table)
     assert measured.time_source == "test profile"
@@ -170,7 +160,7 @@ def test_a_measured_profile_decides_the_plan_where_flops_decide_otherwise():
 def test_search_with_a_profile_is_the_brute_force_optimum(budget_mib):
     """The layer search priced by a profile finds the fastest plan of the whole count-form space whose estimate
     (each plan estimated whole: its own peak moment) fits."""
-    table = _table(TINY, {"full recompute": 0.09, "recompute attention": 0.07, "recompute feed_forward": 0.03,
+    table = profile_table(TINY, {"full recompute": 0.09, "recompute attention": 0.07, "recompute feed_forward": 0.03,
                           "recompute feed_forward+attention": 0.095})
     space = PlanSpace(TINY, times=table)
     ranked = space.ranked(budget_mib * MiB)
