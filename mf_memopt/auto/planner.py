@@ -137,6 +137,7 @@ class AutoPlan:
     target: int = 0             # what the search held each stage's predicted peak to: budget less the margin
     budget_source: str = "--device-memory"  # where the budget came from (`estimate.budget.device_budget`)
     time_source: str = "FLOP model"         # what priced the choices: a measured profile (`timing.py`) or FLOPs
+    compress: tuple[str, ...] = ()          # the compression methods among the choices (`compression_methods`)
 
     @property
     def priced_s(self) -> float:
@@ -211,8 +212,8 @@ def auto_plan(config: str | Path | Document, *, budget: int | None = None, runti
     return AutoPlan(config=str(path), runtime=runtime, budget=budget, host_budget=host_budget, family=name,
                     stages=tuple(stages), text=final, estimate=estimate, references=references,
                     empty=empty, repairs=tuple(repairs), margin=margin, target=target,
-                    budget_source=resolved.source,
-                    time_source=time_source)
+                    budget_source=resolved.source, time_source=time_source,
+                    compress=methods if context.compress else ())
 
 
 def _exhaustive(document: Document, budget: int, target: int, host_budget: float, hardware: Hardware,

@@ -22,7 +22,7 @@ from ..config.load import Document, load_document
 from ..estimate.core import Estimate
 from ..estimate.transfer import Hardware
 from .choices import KEEP, Choice, choice_set
-from .planner import INFINITE, AutoPlan, StagePlan, _assignment, _Context, _header
+from .planner import INFINITE, AutoPlan, StagePlan, _assignment, _Context, _header, priced
 from .solver import Option, best_plans
 from .timing import TimeTable
 from .writer import Assignment, describe
@@ -134,20 +134,36 @@ def written_as(context: _Context, best: AutoPlan, choices: tuple[Choice, ...], e
 
 def rivals(document: Document, plan: AutoPlan, *, count: int, times: TimeTable | None = None,
            hardware: Hardware | None = None) -> list[tuple[str, AutoPlan]]:
-    """The `count` fastest count-form plans after `plan` whose peak is within its target, as the search prices them
-    (`solver.best_plans`: the k best of the stage's programme, not every plan estimated), each written as `auto`
-    writes one and named. `--measure` races them against the plan (cpu: one stage)."""
+    """The `count` fastest count-form plans after `plan` whose peak is within its target, among the choices its
+    search had (the compression `plan.compress` names included), as the search prices them (`solver.best_plans`:
+    the k best of the stage's programme, not every plan estimated), each written as `auto` writes one and named.
+    When `plan` compresses, the fastest plan without compression is always one of them, named so: the race then
+    says what compression bought. `--measure` races them against the plan (cpu: one stage)."""
     context = _Context.read(document, "cpu", hardware or Hardware(), document.source.text, str(document.source.file))
     context.times = times
-    problems = context.stage_problems(list(choice_set(context.cells, swap=False)))
-    if len(problems) != 1:
+    offered = priced(choice_set(context.cells, swap=False, compress=plan.compress if times is not None else ()),
+                     times)
+    context.compress = any(choice.compress for choice in offered)
+    problems = context.stage_problems(list(offered))
+    if len(problems) != 1 or count <= 0:
         return []
     mine = tuple(option.choice for stage in plan.stages for option in stage.options)
-    found = [tuple(option.choice for option in solution.options)
-             for solution in best_plans(problems[0], plan.target, INFINITE, prefixes=True, count=count + 1)]
+    found = [choices for choices in _fastest(problems[0], plan.target, count + 1) if choices != mine][:count]
+    plain: tuple[Choice, ...] | None = None
+    if any(choice.compress for choice in mine):
+        plain = next(iter(_fastest(context.stage_problems([choice for choice in offered if not choice.compress])[0],
+                                   plan.target, 1)), None)
+        if plain is not None:
+            found = [plain, *(choices for choices in found if choices != plain)][:count]
     layers = problems[0].layers
-    return [(describe(layers, list(choices), [None] * len(choices)), written_as(context, plan, choices))
-            for choices in found if choices != mine][:count]
+    return [(("without compression: " if choices == plain else "") + describe(layers, list(choices),
+                                                                             [None] * len(choices)),
+             written_as(context, plan, choices)) for choices in found]
+
+
+def _fastest(problem, target: int, count: int) -> list[tuple[Choice, ...]]:
+    return [tuple(option.choice for option in solution.options)
+            for solution in best_plans(problem, target, INFINITE, prefixes=True, count=count)]
 
 
 def profile_config(config: str | Path | Document, *, runs: int | None = None, report=lambda line: None,

@@ -131,3 +131,26 @@ def test_compression_times_measured_with_another_codec_are_not_reused():
     assert set(fused.added_s) == {"keep", *RECOMPUTE}
     plan = auto_plan(TINY, budget=52 * MiB, runtime="cpu", margin=0.0, times=fused)
     assert not any(option.choice.compress for option in plan.stages[0].options)
+
+
+@pytest.mark.parametrize("budget_mib", [44, 52])
+def test_measure_races_a_compressing_plan_against_the_best_plan_without_compression(budget_mib):
+    """`--measure`'s rivals come from the choices the search had, compression included; when auto's plan compresses,
+    the fastest plan without compression is always raced beside it, named so, so the race says what compression
+    bought."""
+    from mf_memopt.auto.space import rivals
+    from mf_memopt.config.load import load_document
+
+    table = profile_table(TINY, {**RECOMPUTE, **COMPRESS})
+    plan = auto_plan(TINY, budget=budget_mib * MiB, runtime="cpu", margin=0.0, times=table)
+    plain = auto_plan(TINY, budget=budget_mib * MiB, runtime="cpu", margin=0.0, times=table, compress=())
+    assert plan.compress == ("int8", "lossless") and plain.compress == ()
+    assert any(option.choice.compress for option in plan.stages[0].options)
+    found = rivals(load_document(TINY), plan, count=2, times=table)
+    assert len(found) == 2 and found[0][0].startswith("without compression: ")
+    assert found[0][1].priced_s == pytest.approx(plain.priced_s, abs=1e-12)
+    assert not any(option.choice.compress for option in found[0][1].stages[0].options)
+    assert yaml.safe_load(found[0][1].text)["compress_config"] == {"compress": False}
+    assert all(rival.priced_s >= plan.priced_s - 1e-12 for _, rival in found)
+    assert not any(name.startswith("without compression") for name, _ in rivals(load_document(TINY), plain, count=2,
+                                                                                  times=table))
