@@ -27,7 +27,8 @@ from typing import Any
 
 import yaml
 
-from ..config.device import device_of
+from ..config.device import DEVICE_TARGET, device_of
+from ..config.errors import ConfigError
 from ..config.load import Document, load_document
 from ..config.source import Source
 from .configs import PLAN_SECTIONS, LossyUse, by_text, check_only_plan_changes, leaves, lossy_uses, with_lossy_uses
@@ -172,7 +173,7 @@ def compare_configs(base: str | Path, candidate: str | Path, *, steps: int, runt
     candidate_plan = candidate_document.planned()
     check_only_plan_changes(base_document, candidate_document)
     base_source, candidate_source = base_document.source, candidate_document.source
-    runtime = runtime or _runtime(base_source)
+    runtime = _runtime(base_source, runtime)
     dataset = _dataset(base_source)
     lossy = tuple(lossy_uses(candidate_plan))
     with tempfile.TemporaryDirectory(prefix="mf_memopt_compare_", dir=work_dir) as tmp:
@@ -191,9 +192,16 @@ def compare_configs(base: str | Path, candidate: str | Path, *, steps: int, runt
     return result
 
 
-def _runtime(source: Source) -> str:
-    """The runtime of the base's device (`config.device`: ascend when context.device_target is not set)."""
-    return device_of(source).runtime
+def _runtime(source: Source, asked: str | None) -> str:
+    """The runtime of the base's device (`config.device`: ascend when context.device_target is not set), where both
+    runs train whatever `--runtime` says: `asked` naming another is a `ConfigError` at that key, before any training
+    (as `estimate --measure` refuses it: `estimate/measure.py`)."""
+    device = device_of(source)
+    if asked is not None and asked != device.runtime:
+        target = "CPU" if asked == "cpu" else "Ascend"
+        raise ConfigError([source.issue(DEVICE_TARGET, f"--runtime {asked}, but the YAML trains on {device.describe()}",
+                                        f"leave --runtime out, or set context.device_target: {target}")])
+    return device.runtime
 
 
 def _dataset(source: Source) -> Path | None:

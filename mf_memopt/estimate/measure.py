@@ -19,7 +19,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config.device import DEVICE_TARGET, device_of
+from ..config.errors import ConfigError
 from ..config.load import Document
+from ..config.source import Source
 from ..runner import ASCEND_PEAK, ChildFailed, failure_summary, tail, train, yaml_dataset
 from .pool_log import CPU_PEAK, NoAllocations, replay
 
@@ -67,6 +70,8 @@ def measure_peak(config: str | Path | Document, *, runtime: str = "cpu", steps: 
     if exact and runtime != "cpu":
         raise MeasureError(EXACT_ON_ASCEND)
     document = config if isinstance(config, Document) else None
+    if document is not None:
+        _check_runtime(document.source, runtime)
     config = Path(config.source.file if isinstance(config, Document) else config).resolve()
     with tempfile.TemporaryDirectory(prefix="mf_memopt_measure_", dir=workdir) as tmp:
         work = Path(tmp)
@@ -83,6 +88,18 @@ def measure_peak(config: str | Path | Document, *, runtime: str = "cpu", steps: 
     exact_bytes = _replayed(run.log, run.peak_bytes) if exact else None
     return Measurement(config=str(config), runtime=runtime, steps=steps, peak_bytes=run.peak_bytes,
                        source=run.peak_source, exact_bytes=exact_bytes)
+
+
+def _check_runtime(source: Source, runtime: str) -> None:
+    """A command's `--runtime` must name the device the YAML trains on: the launcher trains on the YAML's
+    `context.device_target` whatever the flag says, and the run would fail only after training (its peak read for
+    the other device). `ConfigError` at that key, before anything trains."""
+    device = device_of(source)
+    if runtime != device.runtime:
+        asked = "CPU" if runtime == "cpu" else "Ascend"
+        message = f"--runtime {runtime}, but the YAML trains on {device.describe()}"
+        raise ConfigError([source.issue(DEVICE_TARGET, message,
+                                        f"leave --runtime out, or set context.device_target: {asked}")])
 
 
 def _replayed(log: str, printed: int) -> int:
