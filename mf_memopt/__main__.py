@@ -1,7 +1,5 @@
-import signal
 import sys
 
 from .cli import main
 
-signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `... | head` ends quietly
-sys.exit(main())
+sys.exit(main())   # `... | head` ends quietly: main() handles a reader that has gone, as for the console script

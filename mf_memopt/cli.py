@@ -1,11 +1,15 @@
-"""`python -m mf_memopt`: the config pipeline without training."""
+"""`python -m mf_memopt` and the console script `mf-memopt`: the commands."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from .child import Stopped
 from .config.errors import ConfigError
@@ -15,27 +19,87 @@ from .config.render import formative_lines, layer_table, summary
 from .estimate.transfer import DEFAULT_HOST_GBPS, DEFAULT_TFLOPS
 from .runtime.errors import LaunchError
 
+SCRIPT = "mf-memopt"                # the console script (pyproject.toml, [project.scripts])
+MODULE = "python -m mf_memopt"
+SIZE_HELP = ("GB, MB and KB are 2**30, 2**20 and 2**10 bytes, as MindSpore reads the YAML's max_device_memory, "
+             "the same as GiB, MiB and KiB")
+WRITTEN_FILES = ("output", "png")   # options naming a file a command writes after its work, checked before it
+
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    program = invoked_as()
+    args = _parser(program).parse_args(argv)
+    where = f"{program} {args.command}"
+    problem = _argument_problem(args)
+    if problem:
+        print(f"{args.command}: {problem}", file=sys.stderr)
+        return 2
     try:
-        return args.run(args)
+        status = args.run(args)
+        sys.stdout.flush()              # a reader that has gone (`| head`) is seen here, not at exit
+        return status
+    except BrokenPipeError:
+        _discard_stdout()
+        return 128 + signal.SIGPIPE     # the status a shell shows for a process ended by SIGPIPE
     except ConfigError as error:
         print(error.render(), file=sys.stderr)
         return 1
     except LaunchError as error:
-        print(f"python -m mf_memopt {argv_command(args)}: {error}", file=sys.stderr)
+        print(f"{where}: {error}", file=sys.stderr)
         return 1
     except Stopped as stop:
-        print(f"python -m mf_memopt {argv_command(args)}: {stop}; its child process was ended and its temporary "
-              "files removed", file=sys.stderr)
+        print(f"{where}: {stop}; its child process was ended and its temporary files removed", file=sys.stderr)
         return stop.exit_status
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m mf_memopt",
-                                     description="Validate and explain recompute_config / swap_config.")
-    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+def invoked_as() -> str:
+    """The program as the user started it: the console script's name, else `python -m mf_memopt` (also when a
+    caller in this process runs `main`)."""
+    return SCRIPT if Path(sys.argv[0] if sys.argv else "").name == SCRIPT else MODULE
+
+
+def _discard_stdout() -> None:
+    """What is still buffered for a reader that has gone goes nowhere, so that exiting does not fail on it."""
+    with contextlib.suppress(OSError, ValueError):      # ValueError: a stdout without a file descriptor
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _argument_problem(args: argparse.Namespace) -> str | None:
+    """Sizes read into bytes and the files a command writes checked, before any work: one line, or None."""
+    for name in ("device_memory", "host_memory"):
+        text = getattr(args, name, None)
+        if text is not None:
+            from .estimate.report import parse_size
+
+            try:
+                setattr(args, name, parse_size(text))
+            except ValueError as error:
+                return f"--{name.replace('_', '-')}: {error}"
+    for name in WRITTEN_FILES:
+        path = getattr(args, name, None)
+        problem = _unwritable(Path(path)) if path is not None else None
+        if problem:
+            return f"--{name}: {problem}"
+    return None
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why a file cannot be written at `path`, or None."""
+    folder = path.parent
+    if path.is_dir():
+        return f"{path} is a directory"
+    if not folder.is_dir():
+        return f"cannot write {path}: " + (f"{folder} is not a directory" if folder.exists() else
+                                           f"no directory {folder}")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return f"cannot write {path}: permission denied"
+    return None
+
+
+def _parser(program: str = MODULE) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=program, description="Validate and explain recompute_config / swap_config.")
+    parser.set_defaults(program=program)
+    commands = parser.add_subparsers(required=True, metavar="COMMAND", dest="command")
     validate = commands.add_parser("validate", help="check the config; print a one-line summary")
     validate.set_defaults(run=_validate)
     plan = commands.add_parser("plan", help="print the normalised config and the per-layer plan")
@@ -57,16 +121,17 @@ def _parser() -> argparse.ArgumentParser:
     estimate.add_argument("config", help="MindFormers training YAML")
     estimate.add_argument("--json", action="store_true", help="print the estimate as JSON (bytes, seconds)")
     estimate.add_argument("--png", help="write a chart to this PNG file")
-    estimate.add_argument("--device-memory", help="device memory per card (default: the YAML's "
-                          "context.max_device_memory, or MindFormers' 58GB without it)")
+    estimate.add_argument("--device-memory", metavar="SIZE",
+                          help=f"device memory per card, e.g. 58GB; {SIZE_HELP} (default: the YAML's "
+                               "context.max_device_memory, or MindFormers' 58GB without it)")
     estimate.add_argument("--tflops", type=_positive, default=DEFAULT_TFLOPS,
                           help=f"sustained fp16/bf16 TFLOPS of one device (default {DEFAULT_TFLOPS:g})")
     estimate.add_argument("--host-bandwidth", type=_positive, default=DEFAULT_HOST_GBPS,
-                          help=f"device<->host GB/s per direction (default {DEFAULT_HOST_GBPS:g})")
+                          help=f"device<->host GB/s (10**9 bytes/s) per direction (default {DEFAULT_HOST_GBPS:g})")
     estimate.add_argument("--runtime", choices=("ascend", "cpu"), default=None,
                           help="ascend: device memory of an Ascend run; cpu: the MindSpore memory-pool peak of this "
                                "project's CPU launcher (default ascend; with --measure, the config's "
-                               "context.device_target)")
+                               "context.device_target, where it trains: given, it must name that device)")
     estimate.add_argument("--measure", action="store_true",
                           help="also train the config with the launcher in a child process and print predicted "
                                "against measured peak per stage (CPU: memory-pool peak; Ascend: MindSpore's memory "
@@ -90,18 +155,18 @@ def _auto_parser(commands) -> None:
                                             "budget, and write the YAML")
     auto.add_argument("config", help="MindFormers training YAML")
     auto.add_argument("--device-memory", metavar="SIZE",
-                      help="budget per pipeline stage, e.g. 58GiB or 300MiB (default with ascend: the YAML's "
-                           "context.max_device_memory, or MindFormers' 58GB without it; cpu runtime: the memory-pool "
-                           "peak, required)")
+                      help=f"budget per pipeline stage, e.g. 58GB or 300MB; {SIZE_HELP} (default with ascend: "
+                           "the YAML's context.max_device_memory, or MindFormers' 58GB without it; cpu runtime: the "
+                           "memory-pool peak, required)")
     auto.add_argument("--runtime", choices=("ascend", "cpu"), default="ascend",
                       help="ascend: device memory of an Ascend run (swap possible); cpu: the memory-pool peak of "
                            "this project's CPU launcher (recompute only: nothing is swapped on CPU)")
-    auto.add_argument("--host-memory", metavar="SIZE", help="host memory per stage for swapped activations "
-                                                            "(default: unlimited)")
+    auto.add_argument("--host-memory", metavar="SIZE", help="host memory per stage for swapped activations, a size "
+                                                            "as --device-memory (default: unlimited)")
     auto.add_argument("--tflops", type=_positive, default=DEFAULT_TFLOPS,
                       help=f"sustained fp16/bf16 TFLOPS of one device (default {DEFAULT_TFLOPS:g})")
     auto.add_argument("--host-bandwidth", type=_positive, default=DEFAULT_HOST_GBPS,
-                      help=f"device<->host GB/s per direction (default {DEFAULT_HOST_GBPS:g})")
+                      help=f"device<->host GB/s (10**9 bytes/s) per direction (default {DEFAULT_HOST_GBPS:g})")
     auto.add_argument("--margin", type=_percent, metavar="PERCENT",
                       help="hold predicted peaks this many percent under the budget (default: 5 with --runtime cpu, "
                            "the estimator's worst held-out under-estimate rounded up; 0 with ascend or --measure)")
@@ -143,7 +208,8 @@ def _compare_parser(commands) -> None:
                          help="quantised compression: the largest relative loss difference allowed at any step "
                               f"(default {DEFAULT_TOLERANCE * 100:g})")
     compare.add_argument("--runtime", choices=("ascend", "cpu"), default=None,
-                         help="where the runs train (default: the base's context.device_target)")
+                         help="where the runs train: the base's context.device_target (given, it must name that "
+                              "device)")
     compare.add_argument("--no-bisect", action="store_true",
                          help="do not look for the quantised uses that cause a drift beyond the tolerance")
     compare.add_argument("--max-runs", type=_positive_int, default=8,
@@ -167,13 +233,13 @@ def _compare(args: argparse.Namespace) -> int:
         print(error.render(), file=sys.stderr)
         return 2
     except RunFailed as error:
-        print(f"python -m mf_memopt compare: {error}", file=sys.stderr)
+        print(f"{args.program} compare: {error}", file=sys.stderr)
         return 2
-    print(json.dumps(result.to_dict(), indent=2) if args.json else comparison_text(result))
-    if args.png:
+    if args.png:                        # before printing: a reader that stops early (`| head`) ends the printing
         write_chart(result, args.png)
-        if not args.json:
-            print(f"chart written to {args.png}")
+    print(json.dumps(result.to_dict(), indent=2) if args.json else comparison_text(result))
+    if args.png and not args.json:
+        print(f"chart written to {args.png}")
     return 0 if result.equivalent() else 1
 
 
@@ -253,14 +319,9 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _estimate(args: argparse.Namespace) -> int:
     from .estimate import Hardware, estimate_config
-    from .estimate.report import estimate_text, parse_size, write_chart
+    from .estimate.report import estimate_text, write_chart
 
-    try:
-        memory = parse_size(args.device_memory) if args.device_memory is not None else None
-    except ValueError as error:
-        print(f"--device-memory: {error}", file=sys.stderr)
-        return 2
-    hardware = Hardware(device_memory=memory, tflops=args.tflops, host_gbps=args.host_bandwidth)
+    hardware = Hardware(device_memory=args.device_memory, tflops=args.tflops, host_gbps=args.host_bandwidth)
     if args.exact and not args.measure:
         print("--exact refines --measure: add --measure", file=sys.stderr)
         return 2
@@ -270,11 +331,11 @@ def _estimate(args: argparse.Namespace) -> int:
         return measure_and_compare(args.config, runtime=args.runtime, hardware=hardware, steps=args.steps,
                                    as_json=args.json, exact=args.exact)
     result = estimate_config(load_document(args.config), runtime=args.runtime or "ascend", hardware=hardware)
-    print(json.dumps(result.to_dict(), indent=2) if args.json else estimate_text(result))
-    if args.png:
+    if args.png:                        # before printing: a reader that stops early (`| head`) ends the printing
         write_chart(result, args.png)
-        if not args.json:
-            print(f"chart written to {args.png}")
+    print(json.dumps(result.to_dict(), indent=2) if args.json else estimate_text(result))
+    if args.png and not args.json:
+        print(f"chart written to {args.png}")
     return 0
 
 
@@ -297,19 +358,13 @@ def _auto(args: argparse.Namespace) -> int:
     )
     from .estimate import Hardware
     from .estimate.measure import MeasureError
-    from .estimate.report import parse_size
 
     if args.device_memory is None and args.runtime == "cpu":
         print("auto: --runtime cpu needs --device-memory (the memory-pool budget; the YAML's max_device_memory is an "
               "Ascend key)", file=sys.stderr)
         return 2
-    try:
-        budget = _positive_size("--device-memory", args.device_memory, parse_size) \
-            if args.device_memory is not None else None
-        host = _positive_size("--host-memory", args.host_memory, parse_size) if args.host_memory else float("inf")
-    except ValueError as error:
-        print(f"auto: {error}", file=sys.stderr)
-        return 2
+    budget = args.device_memory                     # bytes (`_argument_problem`), or None: the YAML's
+    host = args.host_memory if args.host_memory is not None else float("inf")
     if args.balance and (args.runtime != "ascend" or args.measure):
         print("auto: --balance plans pipeline stages, which the ascend runtime models: use it without --runtime cpu "
               "and --measure", file=sys.stderr)
@@ -457,16 +512,3 @@ def _methods(text: str | None) -> tuple[str, ...] | None:
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     return () if names == ("none",) else names
 
-
-def _positive_size(option: str, text: str, parse) -> int:
-    try:
-        size = parse(text)
-    except ValueError:
-        raise ValueError(f"{option}: not a size: {text!r} (examples: 64GiB, 32GB, 512MiB)") from None
-    if size <= 0:
-        raise ValueError(f"{option}: must be more than 0, got {text!r}")
-    return size
-
-
-def argv_command(args: argparse.Namespace) -> str:
-    return args.run.__name__.lstrip("_")

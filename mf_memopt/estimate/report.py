@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 from .core import Estimate
@@ -26,15 +27,38 @@ def human_up(nbytes: float) -> str:
     return f"{nbytes:.0f} B"
 
 
+# A size on the command line: a number (digits, a point, an exponent; no spaces inside) and a unit. GB, MB and KB
+# are read as MindSpore reads max_device_memory ("58GB" is 58 GiB: kGBToByte = 1024 << 20, kMBToByte = 1024 << 10),
+# so a value copied from the YAML means the same bytes here; GiB, MiB and KiB are the same sizes.
+SIZE_UNITS = {"": 1, "b": 1, "kb": 2**10, "kib": 2**10, "mb": 2**20, "mib": 2**20, "gb": 2**30, "gib": 2**30}
+_SIZE = re.compile(r"(?P<number>(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)\s*(?P<unit>[A-Za-z]*)")
+
+
 def parse_size(text: str) -> int:
-    """`64GiB`, `64 GB`, `512MiB` or a number of bytes."""
-    units = {"gib": 2**30, "mib": 2**20, "kib": 2**10, "gb": 10**9, "mb": 10**6, "kb": 10**3, "b": 1, "": 1}
-    cleaned = text.strip().lower().replace(" ", "")
-    number = cleaned.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = cleaned[len(number):]
-    if unit not in units or not number:
+    """The bytes of a command-line size (`58GB`, `58 GiB`, `512MiB`, `1000`): more than 0, finite, whole bytes
+    when given in bytes, else rounded down to whole bytes (as MindSpore rounds max_device_memory)."""
+    written = text.strip()
+    found = _SIZE.fullmatch(written)
+    if found is None and written.startswith("-") and _SIZE.fullmatch(written[1:]):
+        raise ValueError(f"must be more than 0, got {text!r}")
+    unit = SIZE_UNITS.get(found["unit"].lower()) if found else None
+    if found is None or unit is None:
         raise ValueError(f"not a size: {text!r} (examples: 64GiB, 32GB, 512MiB)")
-    return int(float(number) * units[unit])
+    number = found["number"]
+    if number.isdigit():
+        return _positive(int(number) * unit, text)
+    value = float(number) * unit
+    if not math.isfinite(value):
+        raise ValueError(f"not a finite size: {text!r}")
+    if unit == 1 and not value.is_integer():
+        raise ValueError(f"not a whole number of bytes: {text!r}")
+    return _positive(int(value), text)
+
+
+def _positive(nbytes: int, text: str) -> int:
+    if nbytes < 1:
+        raise ValueError(f"must be more than 0, got {text!r}")
+    return nbytes
 
 
 def estimate_text(estimate: Estimate) -> str:

@@ -236,7 +236,7 @@ def test_too_small_a_device_does_not_fit(capsys, monkeypatch):
     assert [row.split()[4] for row in rows] == ["NO", "NO"]   # stage, layers, peak (2 words), fits
 
 
-@pytest.mark.parametrize(("text", "nbytes"), [("64GiB", 64 * 2**30), ("32 GB", 32 * 10**9), ("512MiB", 512 * MiB),
+@pytest.mark.parametrize(("text", "nbytes"), [("64GiB", 64 * 2**30), ("32 GB", 32 * 2**30), ("512MiB", 512 * MiB),
                                                ("1000", 1000)])
 def test_sizes(text, nbytes):
     assert parse_size(text) == nbytes
