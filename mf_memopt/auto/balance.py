@@ -52,6 +52,7 @@ from ..estimate.transfer import Hardware
 from .choices import Choice, choice_set, footprints
 from .limits import AWAY, synthetic_layer
 from .milp import MIB, TIME_LIMIT_S, Linear, Program, SolverError
+from .offsets_writer import offsets_writable, write_offsets
 from .planner import INFINITE, AutoPlan, InfeasibleBudget, auto_plan, budget_for
 from .problem import _mtp_prints, communication, hidden_prefetch
 from .solver import feasibility_only
@@ -312,7 +313,7 @@ class _Pipeline:
             issues.append(source.issue(("parallel_config", "pipeline_stage"), "auto --balance moves layers between "
                                        "pipeline stages; this config has one stage", "set "
                                        "parallel_config.pipeline_stage above 1, or plan without --balance"))
-        if _offset_place(source, keys.offset) is None:
+        if not offsets_writable(source, keys.offset):
             issues.append(source.issue(keys.offset, "auto --balance writes the offsets into this file, which has no "
                                        f"{'.'.join(keys.offset[:-1])} section of its own (it is inherited)",
                                        f"add `{keys.offset[-1]}: 0` under {'.'.join(keys.offset[:-1])} in this file"))
@@ -399,14 +400,13 @@ class _Pipeline:
         return max(1, chunks - 1) if stage == self.stages - 1 else chunks
 
     def with_offsets(self, source: Source, offsets: list) -> Source:
-        """The source with `offsets` written in its data and in its top file's text (the offset key's line
-        replaced, or one added after a key beside it)."""
+        """The source with `offsets` written in its data and in its top file's text (`offsets_writer`)."""
         data = copy.deepcopy(source.data)
         parent = data
         for part in self.offset_key[:-1]:
             parent = parent.setdefault(part, {})
         parent[self.offset_key[-1]] = offsets
-        return replace(source, data=data, text=_write_offsets(source, self.offset_key, offsets))
+        return replace(source, data=data, text=write_offsets(source, self.offset_key, offsets))
 
     # -- the programme --
 
@@ -590,34 +590,3 @@ def _probe(model, parallel, optimizer, factor: float, first: bool, last: bool, c
     return _StageMemory(intercept=here.peak - here.components["backward working set"] - per_layer[-1] * typical,
                         per_layer=per_layer, per_kept=per_kept, over_rebuilt=over, floor=floor,
                         others=tuple(others))
-
-
-def _offset_place(source: Source, key: tuple) -> tuple[int, bool] | None:
-    """Where the top file's text takes the offsets: (0-based line, True) to replace the offset key's line, (line,
-    False) to add one after a sibling key's line; None when the top file has neither (an inherited model section)."""
-    if key in source.lines and source.file_of(key) == source.file:
-        return source.lines[key] - 1, True
-    siblings = [path for path in source.lines if path[:-1] == key[:-1] and source.file_of(path) == source.file]
-    return (source.lines[siblings[0]] - 1, False) if siblings else None
-
-
-def _write_offsets(source: Source, key: tuple, offsets: list) -> str:
-    """The top file's text with the offset key's value replaced (or added after a sibling key's line)."""
-    lines = source.text.splitlines()
-    index, replacing = _offset_place(source, key)
-    indent = len(lines[index]) - len(lines[index].lstrip())
-    if not replacing:
-        lines.insert(index + 1, f"{' ' * indent}{key[-1]}: {_flow(offsets)}")
-        return "\n".join(lines) + "\n"
-    end = index + 1     # a block-style value continues on deeper or list lines
-    while end < len(lines) and lines[end].strip() and (len(lines[end]) - len(lines[end].lstrip()) > indent
-                                                       or lines[end].lstrip().startswith("- ")):
-        end += 1
-    lines[index:end] = [f"{' ' * indent}{key[-1]}: {_flow(offsets)}"]
-    return "\n".join(lines) + "\n"
-
-
-def _flow(value) -> str:
-    if isinstance(value, list):
-        return "[" + ", ".join(_flow(item) for item in value) + "]"
-    return str(value)
