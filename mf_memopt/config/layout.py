@@ -2,7 +2,8 @@
 
 MindFormers places layers in chunk-major order: chunk 0 of stage 0, 1, ..., pp-1, then
 chunk 1 of every stage, and so on. Each (chunk, stage) holds
-`num_layers // (pp * interleave) + offset[chunk][stage]` layers.
+`num_layers // (pp * interleave) + offset[chunk][stage]` layers, while layers are left: an
+integer or per-stage offset repeated over the stages and chunks can make more slots than layers.
 """
 
 from __future__ import annotations
@@ -201,25 +202,104 @@ def _reject_seq_split(source: Source, stages: int, issues: list[ConfigIssue]) ->
 
 def _chunk_sizes(source: Source, keys: ModelKeys, num_layers: int, stages: int, chunks: int, offset: Any,
                  issues: list[ConfigIssue], why: dict[str, str]) -> tuple[tuple[int, ...], ...] | None:
+    """The layers of each (chunk, stage), checked as MindFormers' `LayerSetting._check_inputs` checks the offsets
+    (`parallel_core/training_graph/transformer/utils.py`), and laid out as it lays them out."""
     total = stages * chunks
     if total == 1:
         if offset not in (0, [0], [[0]], [], None):
             issues.append(source.issue(keys.offset, "offset is ignored with a single pipeline stage",
                                        "remove it or set parallel_config.pipeline_stage", severity="warning"))
         return ((num_layers,),)
+    if _outnumbered(source, keys, num_layers, stages, chunks, issues, why):
+        return None
     grid = _offset_grid(source, keys, offset, stages, chunks, issues, why)
     if grid is None:
         return None
     base, remainder = divmod(num_layers, total)
-    added = sum(sum(row) for row in grid)
-    if added != remainder:
-        issues.append(source.issue(
-            keys.offset, f"the offsets add {added} layers over all stages and chunks, but {why['counted']} "
-            f"% (pipeline_stage ({stages}) * {keys.interleave[-1]} ({chunks})) = {remainder}",
-            f"make the offsets add up to {remainder}; an integer or a per-stage list is repeated for every chunk"))
+    if not _sum_as_written(source, keys, offset, remainder, (stages, chunks), issues, why):
         return None
     sizes = tuple(tuple(base + extra for extra in row) for row in grid)
-    return sizes if _sizes_valid(source, keys.offset, sizes, issues) else None
+    if not _sizes_valid(source, keys.offset, sizes, issues):
+        return None
+    return _filled(source, keys, sizes, num_layers, issues, why)
+
+
+def _outnumbered(source: Source, keys: ModelKeys, num_layers: int, stages: int, chunks: int,
+                 issues: list[ConfigIssue], why: dict[str, str]) -> bool:
+    """What MindFormers' `check_pipeline_stage` (`models/modeling_utils.py`) refuses before any offset is read: fewer
+    layers than pipeline stages, or, interleaved, than stages x chunks. No offsets could give every stage a layer."""
+    if num_layers < stages:
+        issues.append(source.issue(
+            PIPELINE_STAGE, f"the {stages} pipeline stages outnumber the layers, {why['counted']}: no offsets can "
+            "give every stage a layer, and MindFormers refuses it (\"num_layers of model should be greater than or "
+            "equal to pipeline_stage\")", f"use at most {num_layers} pipeline stages"))
+        return True
+    if chunks > 1 and stages * chunks > num_layers:
+        most = num_layers // stages
+        issues.append(source.issue(
+            keys.interleave, f"the pipeline_stage ({stages}) x {keys.interleave[-1]} ({chunks}) = {stages * chunks} "
+            f"interleave chunks outnumber the layers, {why['counted']}: MindFormers refuses it (\"num_layers should "
+            "be greater than `pp * pp_interleave_num`\")",
+            f"use at most {most} chunks per stage" if most > 1 else
+            "turn interleave off (parallel.pipeline_config.pipeline_interleave: false), or use fewer stages"))
+        return True
+    return False
+
+
+def _sum_as_written(source: Source, keys: ModelKeys, offset: Any, remainder: int, shape: tuple[int, int],
+                    issues: list[ConfigIssue], why: dict[str, str]) -> bool:
+    """MindFormers sums the offsets as written, before an integer or a per-stage list is repeated for every stage
+    and chunk."""
+    stages, chunks = shape
+    added = sum(sum(row) if isinstance(row, list) else row for row in offset) if isinstance(offset, list) else offset
+    if added == remainder:
+        return True
+    if isinstance(offset, int) and offset != 0:
+        how = " as written (MindFormers checks an integer offset before giving it to every stage)"
+    elif isinstance(offset, list) and not any(isinstance(row, list) for row in offset) and chunks > 1:
+        how = (" as written (MindFormers checks a per-stage list before repeating it for each of the "
+               f"{chunks} chunks)")
+    else:
+        how = " over all stages and chunks"
+    issues.append(source.issue(
+        keys.offset, f"the offsets add {added} layers{how}, but {why['counted']} % (pipeline_stage ({stages}) * "
+        f"{keys.interleave[-1]} ({chunks})) = {remainder}", f"make the offsets add up to {remainder}, "
+        + ("one per chunk and stage (2-D) to say where each chunk's extra layers go" if chunks > 1 else
+           "one per stage")))
+    return False
+
+
+def _filled(source: Source, keys: ModelKeys, sizes: tuple[tuple[int, ...], ...], num_layers: int,
+            issues: list[ConfigIssue], why: dict[str, str]) -> tuple[tuple[int, ...], ...] | None:
+    """The layers each slot gets. An integer or a per-stage list repeated over the chunks can make more slots than
+    layers; MindFormers fills the slots in order (`LayerSetting.pp_ids`), so the last ones get fewer or none."""
+    flat = [size for row in sizes for size in row]
+    if sum(flat) <= num_layers:
+        return sizes
+    stages, left, got = len(sizes[0]), num_layers, []
+    for size in flat:
+        got.append(min(size, left))
+        left -= got[-1]
+    filled = tuple(tuple(got[v * stages:(v + 1) * stages]) for v in range(len(sizes)))
+    said = (f"the offsets, repeated for every {'chunk and ' if len(sizes) > 1 else ''}stage, make {sum(flat)} layer "
+            f"slots for the {num_layers} layers ({why['counted']}); MindFormers checks the offsets as written and "
+            "fills the slots in order, so ")
+    hint = "write the offsets per chunk and stage (2-D) to choose where the layers go" if len(sizes) > 1 else \
+        "write one offset per stage to choose where the layers go"
+    empty = [_slot(index, stages, len(sizes)) for index in range(1, len(got) - 1) if got[index] == 0]
+    if empty:
+        issues.append(source.issue(keys.offset, f"{said}{', '.join(empty)} would get no layer: every stage but the "
+                                   "first and last needs one", hint))
+        return None
+    short = ", ".join(f"{_slot(index, stages, len(sizes))} gets {have} of its {size}"
+                      for index, (have, size) in enumerate(zip(got, flat)) if have < size)
+    issues.append(source.issue(keys.offset, said + short, hint, severity="warning"))
+    return filled
+
+
+def _slot(index: int, stages: int, chunks: int) -> str:
+    chunk, stage = divmod(index, stages)
+    return f"chunk {chunk} of stage {stage}" if chunks > 1 else f"stage {stage}"
 
 
 def _offset_grid(source: Source, keys: ModelKeys, offset: Any, stages: int, chunks: int,

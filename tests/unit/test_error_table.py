@@ -285,14 +285,82 @@ parallel_config:
   pipeline_stage: 4
 """, "model.model_config.offset", 4, "the offsets add 1 layers over all stages and chunks, but num_layers (10) % "
      "(pipeline_stage (4) * pp_interleave_num (1)) = 2", "error"),
-    ("integer offset repeated over stages (MindFormers accepts it)", """\
+    ("integer offset other than the remainder (MindFormers sums the offsets as written)", """\
+model:
+  model_config:
+    num_layers: 10
+    offset: 1
+parallel_config:
+  pipeline_stage: 4
+""", "model.model_config.offset", 4, "the offsets add 1 layers as written (MindFormers checks an integer offset "
+     "before giving it to every stage), but num_layers (10) % (pipeline_stage (4) * pp_interleave_num (1)) = 2",
+     "error"),
+    ("integer offset equal to the remainder: every stage gets it, more slots than layers", """\
 model:
   model_config:
     num_layers: 10
     offset: 2
 parallel_config:
   pipeline_stage: 4
-""", "model.model_config.offset", 4, "the offsets add 8 layers", "error"),
+""", "model.model_config.offset", 4, "make 16 layer slots for the 10 layers (num_layers (10)); MindFormers checks the "
+     "offsets as written and fills the slots in order, so stage 2 gets 2 of its 4, stage 3 gets 0 of its 4",
+     "warning"),
+    ("per-stage offset under interleave, summed as written (MindFormers refuses [1, 1, 1, 0])", """\
+model:
+  model_config:
+    num_layers: 62
+    offset: [1, 1, 1, 0]
+    pp_interleave_num: 2
+parallel_config:
+  pipeline_stage: 4
+parallel:
+  pipeline_config:
+    pipeline_interleave: true
+""", "model.model_config.offset", 4, "the offsets add 3 layers as written (MindFormers checks a per-stage list before "
+     "repeating it for each of the 2 chunks), but num_layers (62) % (pipeline_stage (4) * pp_interleave_num (2)) = 6",
+     "error"),
+    ("per-stage offset under interleave adding up to the remainder (MindFormers accepts [2, 2, 1, 1])", """\
+model:
+  model_config:
+    num_layers: 62
+    offset: [2, 2, 1, 1]
+    pp_interleave_num: 2
+parallel_config:
+  pipeline_stage: 4
+parallel:
+  pipeline_config:
+    pipeline_interleave: true
+""", "model.model_config.offset", 4, "make 68 layer slots for the 62 layers (num_layers (62)); MindFormers checks the "
+     "offsets as written and fills the slots in order, so chunk 1 of stage 3 gets 2 of its 8", "warning"),
+    ("a repeated offset that leaves a middle stage no layer", """\
+model:
+  model_config:
+    num_layers: 7
+    offset: 3
+parallel_config:
+  pipeline_stage: 4
+""", "model.model_config.offset", 4, "so stage 2 would get no layer: every stage but the first and last needs one",
+     "error"),
+    ("more pipeline stages than layers", """\
+model:
+  model_config:
+    num_layers: 3
+parallel_config:
+  pipeline_stage: 4
+""", "parallel_config.pipeline_stage", 5, "the 4 pipeline stages outnumber the layers, num_layers (3): no offsets can "
+     "give every stage a layer, and MindFormers refuses it", "error"),
+    ("more interleave chunks than layers", """\
+model:
+  model_config:
+    num_layers: 6
+    pp_interleave_num: 2
+parallel_config:
+  pipeline_stage: 4
+parallel:
+  pipeline_config:
+    pipeline_interleave: true
+""", "model.model_config.pp_interleave_num", 4, "the pipeline_stage (4) x pp_interleave_num (2) = 8 interleave chunks "
+     "outnumber the layers, num_layers (6): MindFormers refuses it", "error"),
     ("offset list of the wrong length", """\
 model:
   model_config:
