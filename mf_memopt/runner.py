@@ -1,5 +1,5 @@
 """One way to run a child: train a YAML with the launcher, or compile its training graph, in a child process the
-command owns (`child.run_owned`: a stopped command ends its child), and read back a typed record.
+command owns (`child.run_owned`: a stopped command ends its child and all it started), and read back a typed record.
 
 `estimate --measure` and `compare` train through `train`; `verify` compiles through `compile_graph`, and a
 pipeline config's ranks under msrun through `compile_ranks`. A failed, timed-out or silent child raises `ChildFailed`,

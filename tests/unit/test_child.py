@@ -1,9 +1,12 @@
-"""`child.run_owned`: a command's child ends with the command, even when the user presses Ctrl-C twice."""
+"""A command's children end with the command: `child.run_owned`'s child and everything it started (even in a
+session of its own, as msrun starts its workers), also when the user presses Ctrl-C twice or the stop comes while
+the child is being started."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -21,12 +24,82 @@ STUBBORN = ("import os, signal, sys, time\n"
             "time.sleep(120)\n")
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+# A child that starts a grandchild in a session of its own (as msrun starts each worker), writes both pids, waits.
+WITH_GRANDCHILD = ("import os, subprocess, sys, time\n"
+                   "grandchild = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'],\n"
+                   "                              start_new_session=True)\n"
+                   "open(sys.argv[1], 'w').write(f'{os.getpid()} {grandchild.pid}')\n"
+                   "time.sleep(120)\n")
+
+# A command whose child is started by a Popen that signals the command (SIGTERM) before it returns: the stop comes
+# between the start of the child and anything the command does next. The Popen writes the child's pid.
+STOPPED_WHILE_STARTING = """
+import os, signal, subprocess, sys
+from mf_memopt.child import Stopped, run_owned
+
+class Signalling(subprocess.Popen):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        open(sys.argv[1], "w").write(str(self.pid))
+        os.kill(os.getpid(), signal.SIGTERM)
+
+subprocess.Popen = Signalling
+try:
+    run_owned([sys.executable, "-c", "import time; time.sleep(120)"], cwd=".", env=dict(os.environ), timeout=60)
+except Stopped as stop:
+    print(stop)
+    sys.exit(stop.exit_status)
+"""
+
 def _alive(pid: int) -> bool:
+    """Running or stopped: anything but ended (a zombie, which only its parent's wait removes, has ended)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
         return False
-    return True
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def _wait_gone(pids: list[int], seconds: float) -> list[int]:
+    """The pids still alive after `seconds` (at once when none is)."""
+    deadline = time.monotonic() + seconds
+    while any(map(_alive, pids)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return [pid for pid in pids if _alive(pid)]
+
+
+def _pids(path: Path, count: int, seconds: float = 60) -> list[int]:
+    """The `count` pids a process writes to `path`, once written."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        words = path.read_text().split() if path.is_file() else []
+        if len(words) == count:
+            return [int(word) for word in words]
+        time.sleep(0.02)
+    raise AssertionError(f"nothing written to {path} within {seconds} s")
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _command(code: str, *args: str, cwd: Path) -> subprocess.Popen:
+    """`code` run by this checkout's package, in a session of its own (a signal to it reaches it alone); its output
+    goes to files (`_finished` reads them), which a process it leaves behind cannot hold open as it would a pipe."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    with open(cwd / "out", "w") as out, open(cwd / "err", "w") as err:
+        return subprocess.Popen([sys.executable, "-c", code, *args], cwd=cwd, env=env, stdout=out, stderr=err,
+                                start_new_session=True)
+
+
+def _finished(command: subprocess.Popen, cwd: Path) -> tuple[int, str, str]:
+    """The command's status, stdout and stderr, once it has ended."""
+    status = command.wait(timeout=60)
+    return status, (cwd / "out").read_text(), (cwd / "err").read_text()
 
 
 def _interrupt_twice(ready: Path, gap: float) -> None:
@@ -63,3 +136,38 @@ def test_a_second_ctrl_c_during_the_grace_period_kills_the_child_at_once(tmp_pat
     finally:
         if _alive(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def _interrupt_once(ready: Path) -> None:
+    _pids(ready, 2)
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_a_stopped_command_ends_what_its_child_started_in_a_session_of_its_own(tmp_path):
+    ready = tmp_path / "pids"
+    interrupt = threading.Thread(target=_interrupt_once, args=(ready,), daemon=True)
+    pytests = signal.signal(signal.SIGINT, lambda *_: None)
+    interrupt.start()
+    try:
+        with pytest.raises(Stopped):
+            run_owned([sys.executable, "-c", WITH_GRANDCHILD, str(ready)], cwd=tmp_path, env=dict(os.environ),
+                      timeout=60)
+        interrupt.join()
+    finally:
+        signal.signal(signal.SIGINT, pytests)
+    pids = _pids(ready, 2)
+    try:
+        assert [pid for pid in pids if _alive(pid)] == [], "the child or its grandchild outlived the command"
+    finally:
+        _kill(pids)
+
+
+def test_a_stop_while_the_child_is_being_started_is_the_commands_stop_and_ends_the_child(tmp_path):
+    command = _command(STOPPED_WHILE_STARTING, str(tmp_path / "pid"), cwd=tmp_path)
+    finished = _finished(command, tmp_path)
+    (pid,) = _pids(tmp_path / "pid", 1)
+    try:
+        assert finished == (128 + signal.SIGTERM, "stopped by SIGTERM\n", "")
+        assert not _alive(pid), "the child outlived the command"
+    finally:
+        _kill([pid])
