@@ -5,7 +5,8 @@ crash it with SIGSEGV, and a killed worker dies with SIGKILL, neither of which P
 starts the training in a child (the same launcher, marked `MF_MEMOPT_SUPERVISED`) and waits:
 
 * the child reports where it writes, what it reads and each finished step on a pipe;
-* SIGINT, SIGTERM and SIGHUP are passed on to the child, which stops as before (one line, status 130);
+* SIGINT, SIGTERM and SIGHUP are passed on to the child's process group (a stop that comes while the child is
+  being started, once it is), and the child stops as before (one line, status 130);
 * the child dies when the supervisor does (PR_SET_PDEATHSIG), so nothing trains on unsupervised;
 * a child that died from a signal is said in one line: the signal, the rank and step it reached, the last good
   checkpoint, and, where the dataset is small enough to read again at once (`datacheck.AUTO_CHECK_BYTES`, read
@@ -52,15 +53,17 @@ def supervise(argv: list[str], prefix: str) -> int:
     package_root = str(Path(__file__).resolve().parents[2])     # the child imports this very package
     env = {**os.environ, SUPERVISED: "1", PROGRESS_FD: str(write_end), SUPERVISOR: str(os.getpid()),
            "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
-    # Its own process group: Ctrl-C reaches the supervisor alone, which passes it on once.
-    child = subprocess.Popen([sys.executable, "-m", "mf_memopt.runtime.launch", *argv], env=env,
-                             pass_fds=(write_end,), preexec_fn=_die_with_parent, process_group=0)
-    os.close(write_end)
-    facts: dict = {"step": 0}
-    reader = threading.Thread(target=_collect, args=(read_end, facts), daemon=True)
-    reader.start()
-    previous = {signum: signal.signal(signum, lambda signum, _frame: _pass_on(child, signum)) for signum in _PASSED_ON}
+    relay = _Relay()
+    previous = {signum: signal.signal(signum, relay) for signum in _PASSED_ON}
     try:
+        # Its own process group: Ctrl-C reaches the supervisor alone, which passes it on once.
+        child = subprocess.Popen([sys.executable, "-m", "mf_memopt.runtime.launch", *argv], env=env,
+                                 pass_fds=(write_end,), preexec_fn=_die_with_parent, process_group=0)
+        relay.start(child)
+        os.close(write_end)
+        facts: dict = {"step": 0}
+        reader = threading.Thread(target=_collect, args=(read_end, facts), daemon=True)
+        reader.start()
         status = child.wait()
     finally:
         for signum, handler in previous.items():
@@ -72,6 +75,27 @@ def supervise(argv: list[str], prefix: str) -> int:
     return 1
 
 
+class _Relay:
+    """The supervisor's stop handler: a stop is passed on to the child's process group (the launcher and what it
+    started there, as Ctrl-C at a terminal reaches a whole foreground group); one that arrives while the child is
+    being started is held, and passed on once the child is known, instead of ending the supervisor."""
+
+    def __init__(self) -> None:
+        self.child: subprocess.Popen | None = None
+        self.held: list[int] = []
+
+    def __call__(self, signum, _frame) -> None:
+        if self.child is None:
+            self.held.append(signum)
+        else:
+            _pass_on(self.child, signum)
+
+    def start(self, child: subprocess.Popen) -> None:
+        self.child = child
+        for signum in self.held:
+            _pass_on(child, signum)
+
+
 def _die_with_parent() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -79,7 +103,7 @@ def _die_with_parent() -> None:
 
 def _pass_on(child: subprocess.Popen, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError):
-        child.send_signal(signum)
+        os.killpg(child.pid, signum)
 
 
 def _collect(read_end: int, facts: dict) -> None:

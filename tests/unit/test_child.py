@@ -1,6 +1,6 @@
 """A command's children end with the command: `child.run_owned`'s child and everything it started (even in a
 session of its own, as msrun starts its workers), also when the user presses Ctrl-C twice or the stop comes while
-the child is being started."""
+the child is being started; and the launcher's supervised child with its process group (`runtime/supervise.py`)."""
 
 from __future__ import annotations
 
@@ -52,6 +52,30 @@ except Stopped as stop:
     print(stop)
     sys.exit(stop.exit_status)
 """
+
+# The launcher's supervisor, whose child (`python -m mf_memopt.runtime.launch ...`) is replaced by a stand-in
+# launcher that starts a helper in its own process group and writes both pids; with `early`, the Popen signals
+# the supervisor (SIGTERM) before it returns.
+SUPERVISOR = """
+import os, signal, subprocess, sys
+from mf_memopt.runtime import supervise
+
+LAUNCHER = ("import os, subprocess, sys, time\\n"
+            "helper = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\\n"
+            "open(sys.argv[1], 'w').write(f'{os.getpid()} {helper.pid}')\\n"
+            "time.sleep(120)\\n")
+
+class StandIn(subprocess.Popen):
+    def __init__(self, args, **kwargs):
+        super().__init__([sys.executable, "-c", LAUNCHER, *args[3:]], **kwargs)
+        open(sys.argv[1] + ".launcher", "w").write(str(self.pid))
+        if sys.argv[2] == "early":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+subprocess.Popen = StandIn
+sys.exit(supervise.supervise([sys.argv[1]], "launcher"))
+"""
+
 
 def _alive(pid: int) -> bool:
     """Running or stopped: anything but ended (a zombie, which only its parent's wait removes, has ended)."""
@@ -171,3 +195,33 @@ def test_a_stop_while_the_child_is_being_started_is_the_commands_stop_and_ends_t
         assert not _alive(pid), "the child outlived the command"
     finally:
         _kill([pid])
+
+
+def test_a_stopped_supervisor_passes_the_stop_to_the_launchers_whole_process_group(tmp_path):
+    ready = tmp_path / "pids"
+    supervisor = _command(SUPERVISOR, str(ready), "later", cwd=tmp_path)
+    pids = []
+    try:
+        pids = _pids(ready, 2)
+        supervisor.send_signal(signal.SIGTERM)
+        status, _, err = _finished(supervisor, tmp_path)
+        assert status == 1
+        assert err == ("launcher: training died from SIGTERM after 0 step(s) of this run, before it reported its "
+                       "output directory\n")
+        assert _wait_gone(pids, 5) == [], "the launcher or what it started outlived the stop"
+    finally:
+        _kill([supervisor.pid, *pids])
+
+
+def test_a_stop_while_the_supervisor_starts_the_launcher_is_passed_on_once_it_has(tmp_path):
+    ready = tmp_path / "pids"
+    supervisor = _command(SUPERVISOR, str(ready), "early", cwd=tmp_path)
+    status, _, err = _finished(supervisor, tmp_path)
+    (launcher,) = _pids(Path(f"{ready}.launcher"), 1)
+    pids = [launcher, *map(int, ready.read_text().split() if ready.is_file() else [])]   # the stop may come first
+    try:
+        assert status == 1, err           # not the default action of SIGTERM (-15)
+        assert "launcher: training died from SIGTERM" in err
+        assert _wait_gone(pids, 5) == []
+    finally:
+        _kill(pids)
