@@ -148,6 +148,28 @@ def test_offsets_are_added_when_the_yaml_has_none(tmp_path):
         [len(stage.layers) for stage in result.balanced.stages]
 
 
+def test_offsets_are_added_to_a_model_section_that_starts_with_a_block(tmp_path):
+    """TeleChat3 36B (2 stages x 2 chunks) with no offset and its model section starting with a block list: the
+    offsets go after the section's last key, and MindFormers lays the written YAML out as planned."""
+    text = (WHEEL / SHIPPED[1]).read_text()
+    block = '    architectures: ["TeleChat3ForCausalLM"]\n'
+    assert text.count("    offset: 0\n") == 1 and text.count(block) == 1
+    text = text.replace("    offset: 0\n", "").replace(block, "")
+    path = tmp_path / "block_first.yaml"
+    path.write_text(text.replace("  model_config:\n", "  model_config:\n    architectures:\n"
+                                 "    - TeleChat3ForCausalLM\n", 1))
+    result = balance_plan(path, budget=75 * 2**30)
+    written = tmp_path / "balanced.yaml"
+    written.write_text(result.text)
+    plan = load_plan(written)             # validates: a ConfigError otherwise
+    data = load_source(written).data
+    assert data["model"]["model_config"]["architectures"] == ["TeleChat3ForCausalLM"]
+    assert data["model"]["model_config"]["offset"] == result.balanced.offsets
+    theirs = _layer_setting(plan, data)
+    assert [layer.stage for layer in plan.layers] == [int(stage) for stage in theirs.pp_ids]
+    assert [layer.chunk for layer in plan.layers] == [int(chunk) for chunk in theirs.interleave_ids]
+
+
 def test_the_programmes_layout_is_the_fastest_of_the_layouts_around_it():
     """TeleChat3 36B (2 stages x 2 chunks) at 75 GiB: every split of its 64 layers from 28/36 to 36/28, each planned by
     `auto`'s exact search and priced the same way; none is faster than the balanced plan (by hand at 68 and 75 GiB
