@@ -1,7 +1,7 @@
 """(d5) What the codec costs a training step: int8 on every MLP linear against recompute, by the race's paired clock.
 
 On `benchmarks/llama_medium.yaml` (8 layers, hidden 512, seq 512, batch 2, float32), each race trains its plans
-in one process, step by step in turn (`python -m mf_memopt.auto.race`, 40 steps, the first 5 untimed), and a
+in one process, step by step in turn (`python -m mf_memopt.auto.race_child`, 40 steps, the first 5 untimed), and a
 plan's time is the median over the steps of its step over the first plan's ("keep everything") step of the same
 batch (`auto.race.paired_ratio`). A race holds every plan at once, so it takes at most four.
 

@@ -93,10 +93,10 @@ def train(config: Path, *, steps: int, work: Path, runtime: str = "cpu", dataset
 
 def race_child(configs: Sequence[Path], *, work: Path, steps: int, timeout: float | None = 3600,
                rotate: bool = True) -> ChildRun:
-    """Race `configs` in one child running in `work` (`python -m mf_memopt.auto.race`: `steps` steps of each plan
-    in turn, each step's wall time printed; the order rotating each step unless `rotate` is False); MindSpore's
+    """Race `configs` in one child running in `work` (`python -m mf_memopt.auto.race_child`: `steps` steps of each
+    plan in turn, each step's wall time printed; the order rotating each step unless `rotate` is False); MindSpore's
     pool report is off, as the pool holds every plan."""
-    command = [sys.executable, "-m", "mf_memopt.auto.race", "--work", str(work), "--steps", str(steps),
+    command = [sys.executable, "-m", "mf_memopt.auto.race_child", "--work", str(work), "--steps", str(steps),
                *([] if rotate else ["--fixed-order"]), *map(str, configs)]
     try:
         done = run_owned(command, cwd=work, timeout=timeout, env={**child_environment("cpu", work), "GLOG_v": "3"})
@@ -113,10 +113,10 @@ def race_child(configs: Sequence[Path], *, work: Path, steps: int, timeout: floa
 
 
 def compile_graph(config: Path, *, report: Path, env: Mapping[str, str], timeout: float | None = None) -> ChildRun:
-    """Compile `config`'s training graph in a child (`python -m mf_memopt.verify.precompile CONFIG REPORT`, which
-    writes the apply report to `report`), in this process's directory, with `env` added to this process's
+    """Compile `config`'s training graph in a child (`python -m mf_memopt.verify.precompile_child CONFIG REPORT`,
+    which writes the apply report to `report`), in this process's directory, with `env` added to this process's
     environment (where MindSpore saves the graphs, ...)."""
-    command = [sys.executable, "-m", "mf_memopt.verify.precompile", str(config), str(report)]
+    command = [sys.executable, "-m", "mf_memopt.verify.precompile_child", str(config), str(report)]
     try:
         done = run_owned(command, cwd=os.getcwd(), env={**os.environ, **env}, timeout=timeout, merge_output=False)
     except subprocess.TimeoutExpired as error:

@@ -9,7 +9,7 @@ pipeline stages and initialises the communication as msrun's workers do; the Tra
 builds the dataset and enters `_CellGraphExecutor.compile`, which this worker intercepts: what it was handed
 is written as JSON to OUT_DIR/rank_<r>.json, and nothing is compiled.
 
-It is also the rank worker of `verify` on a pipeline config (`mf_memopt.verify.precompile ... --ranks`) up to the
+It is also the rank worker of `verify` on a pipeline config (`mf_memopt.verify.precompile_child ... --ranks`) up to the
 same point: the test starts it with verify's msrun command and environment, and the worker takes its report file,
 its IR directory and the launcher's overrides from verify's worker (`rank_outputs`, `overrides_for`), writing its
 apply report where verify reads it (OUT_DIR/reports/rank_<r>.json).

@@ -9,7 +9,7 @@ steps is good to about 1.5% (bootstrap, the brute-force benchmark's races of sev
 between two races by 0.5-1.4% (median). Copies of one plan in one race are not equal, though: six copies measured
 0.970-1.037 of the first, so one race does not tell plans apart closer than about 5% (`measure.RESOLUTION`).
 
-The child (`python -m mf_memopt.auto.race --steps N --work DIR CONFIG...`) prepares each config as the launcher
+The child (`python -m mf_memopt.auto.race_child --steps N --work DIR CONFIG...`) prepares each config as the launcher
 does (the checks, the context, the model built with MindFormers' own handling off and the plan applied) and lets
 MindFormers' Trainer build the training cell of the YAML (its optimizer, wrapper and dataset), which it takes when
 training begins, before the first step. Then every step fetches one batch and trains each plan on it, in an order
@@ -26,7 +26,6 @@ import argparse
 import contextlib
 import re
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -138,7 +137,7 @@ def _batches(dataset):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mf_memopt.auto.race", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m mf_memopt.auto.race_child", description=__doc__.splitlines()[0])
     parser.add_argument("configs", nargs="+", type=Path)
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--steps", type=int, default=STEPS)
@@ -165,7 +164,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             loss.asnumpy()
             print(f"{PREFIX} plan {index} step {step} wall_ms {(time.perf_counter() - began) * 1e3:.2f}", flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -29,7 +29,7 @@ from .marks import LayerCheck, check_graph
 from .precompile import COMPILE_ENV, RANKS, SAVE_GRAPHS_PATH
 
 _DEVICES = ("data_parallel", "model_parallel", "context_parallel", "pipeline_stage")
-WORKER = ("python", "-m", "mf_memopt.verify.precompile")
+WORKER = ("python", "-m", "mf_memopt.verify.precompile_child")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,4 +1,4 @@
-"""`python -m mf_memopt.verify.precompile CONFIG REPORT`: compile the training step once, without running it.
+"""Compile the training step once, without running it (`python -m mf_memopt.verify.precompile_child CONFIG REPORT`).
 
 Run by `verify` with MS_DEV_PRECOMPILE_ONLY=1 and IR dumping on: it prepares the model exactly
 as the launcher does, applies the plan, and hands it to MindFormers' Trainer with the same
@@ -6,7 +6,7 @@ optimizer, lr schedule and wrapper as a training run; MindSpore compiles the fir
 returns None. The apply report goes to REPORT; MindFormers' logs and a generated token file
 go to a directory beside it.
 
-`precompile.py CONFIG REPORT_DIR --ranks` is one msrun worker of a pipeline config (`pipeline.py` starts them
+`precompile_child CONFIG REPORT_DIR --ranks` is one msrun worker of a pipeline config (`pipeline.py` starts them
 under msrun): the launcher's distributed run (`--use_parallel True`: MindFormers' build_context, its
 stage assignment and pipeline cell) up to the compile of this rank's stage. The worker saves its IR under
 `$MS_DEV_SAVE_GRAPHS_PATH/rank_<r>` and its apply report as REPORT_DIR/rank_<r>.json.
@@ -15,7 +15,6 @@ stage assignment and pipeline cell) up to the compile of this rank's stage. The 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -70,21 +69,3 @@ def overrides_for(document: Document, report: Path, *, ranks: bool) -> Overrides
 
     dataset = str(scratch / "tokens.mindrecord") if document.source.has(GENERATED) else None
     return Overrides(use_parallel=ranks, output_dir=str(scratch), train_dataset_dir=dataset)
-
-
-def _run(argv: list[str]) -> int:
-    """`main`, with what stops the run (the YAML's errors, the machine's) said without a traceback."""
-    from ..config.errors import ConfigError
-    from ..runtime.errors import LaunchError
-
-    try:
-        return main(argv)
-    except ConfigError as error:
-        print(error.render(), file=sys.stderr)
-    except LaunchError as error:
-        print(error, file=sys.stderr)
-    return 1
-
-
-if __name__ == "__main__":
-    sys.exit(_run(sys.argv[1:]))
