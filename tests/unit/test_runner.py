@@ -5,6 +5,7 @@ tests/unit/test_compare_configs.py); here, what every caller gets when a child d
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -36,9 +37,28 @@ def test_a_failed_training_child_raises_one_error_with_its_own_error_lines_and_i
     assert message.endswith(f"; its log: {work / 'train.log'}") and (work / "train.log").read_text()
 
 
-def test_a_training_child_out_of_time_is_ended_and_reported(tmp_path):
+def _alive(pid: int) -> bool:
+    """Running or stopped: anything but ended (a zombie has ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def test_a_training_child_out_of_time_is_ended_and_reported(tmp_path, monkeypatch):
+    started = []
+
+    class Recorded(subprocess.Popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            started.append(self.pid)
+
+    monkeypatch.setattr(subprocess, "Popen", Recorded)
     with pytest.raises(ChildFailed, match=r"^training .*llama_tiny.yaml did not finish within 0 s$"):
         train(TINY, steps=1, work=tmp_path, timeout=0.01)
+    assert len(started) == 1
+    assert not _alive(started[0]), "the child outlived its time"
 
 
 def test_a_failed_compile_child_raises_the_same_error(tmp_path):
