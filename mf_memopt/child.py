@@ -106,7 +106,7 @@ def _marks(mark: str) -> str:
     return " ".join(filter(None, [os.environ.get(JOB, ""), mark]))
 
 
-def members(mark: str) -> list[int]:
+def _members(mark: str) -> list[int]:
     """The live processes whose environment carries `mark` (zombies carry none)."""
     wanted = mark.encode()
     found = []
@@ -154,7 +154,7 @@ def _end(process: subprocess.Popen, mark: str, hurried: Callable[[], bool]) -> N
 def _signal_job(process: subprocess.Popen, mark: str, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError):      # the group has ended already
         os.killpg(process.pid, signum)
-    for pid in members(mark):
+    for pid in _members(mark):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
 
@@ -165,7 +165,7 @@ def _wait_job(process: subprocess.Popen, mark: str, seconds: float) -> bool:
     while True:
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=_POLL_SECONDS)
-        if process.returncode is not None and not members(mark):
+        if process.returncode is not None and not _members(mark):
             return True
         if time.monotonic() >= deadline:
             return False
