@@ -479,6 +479,7 @@ def _auto_balance(args: argparse.Namespace, budget: int, host: float, margin: fl
     from .auto.balance import balance_plan
     from .auto.balance_report import balance_infeasible_text, balance_json, balance_text
     from .auto.milp import SolverError
+    from .auto.offsets_writer import WriterError
     from .auto.report import infeasible_json
     from .estimate import Hardware
 
@@ -492,7 +493,7 @@ def _auto_balance(args: argparse.Namespace, budget: int, host: float, margin: fl
         if args.json:
             print(json.dumps(infeasible_json(error), indent=2))
         return 1
-    except SolverError as error:
+    except (SolverError, WriterError) as error:
         print(f"auto --balance: {error}", file=sys.stderr)
         return 1
     if output:

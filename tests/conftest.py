@@ -40,7 +40,7 @@ SECONDS = {
     "mindspore/test_pipeline_precompile.py": 65, "mindspore/test_estimate_mixed.py": 38,
     "mindspore/test_differential_twins.py": 38, "mindspore/test_mcore_kernels.py": 31,
     "mindspore/test_stand_in_patterns.py": 30, "mindspore/test_codec.py": 19, "mindspore/test_output_claim.py": 19,
-    "mindspore/test_differential_moe.py": 17, "mindspore/test_balance.py": 16,
+    "mindspore/test_differential_moe.py": 17, "mindspore/test_balance.py": 16, "mindspore/test_verify_stop.py": 33,
     "mindspore/test_differential_mcore.py": 16, "mindspore/test_compress_model.py": 15, "unit/test_fuzz.py": 13,
 }
 TESTS = Path(__file__).resolve().parent

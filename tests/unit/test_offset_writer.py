@@ -114,6 +114,18 @@ def test_an_edit_that_does_not_read_back_is_the_writers_error_not_the_inputs(mon
         offsets_writer.write_offsets(source, OFFSET, [1, -1])
 
 
+def test_a_writer_error_ends_auto_balance_in_one_line(monkeypatch, capsys):
+    from mf_memopt.auto import balance, offsets_writer
+
+    def broken(*args, **kwargs):
+        raise offsets_writer.WriterError("internal error in mf_memopt.auto.offsets_writer: the edit did not read back")
+
+    monkeypatch.setattr(balance, "balance_plan", broken)
+    assert main(["auto", str(LLAMA), "--balance"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("auto --balance: internal error in mf_memopt.auto.offsets_writer") and err.count("\n") == 1
+
+
 def test_a_model_section_only_inherited_is_refused_before_planning(tmp_path):
     (tmp_path / "base.yaml").write_text(LLAMA.read_text())
     top = tmp_path / "top.yaml"
