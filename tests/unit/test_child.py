@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from children import alive
 from mf_memopt.child import GRACE_SECONDS, Stopped, run_owned
 
 # A child that ignores SIGTERM (as a training step busy in a kernel may, for longer than the grace period) and
@@ -77,21 +78,13 @@ sys.exit(supervise.supervise([sys.argv[1]], "launcher"))
 """
 
 
-def _alive(pid: int) -> bool:
-    """Running or stopped: anything but ended (a zombie, which only its parent's wait removes, has ended)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
 
 def _wait_gone(pids: list[int], seconds: float) -> list[int]:
     """The pids still alive after `seconds` (at once when none is)."""
     deadline = time.monotonic() + seconds
-    while any(map(_alive, pids)) and time.monotonic() < deadline:
+    while any(map(alive, pids)) and time.monotonic() < deadline:
         time.sleep(0.02)
-    return [pid for pid in pids if _alive(pid)]
+    return [pid for pid in pids if alive(pid)]
 
 
 def _pids(path: Path, count: int, seconds: float = 60) -> list[int]:
@@ -107,7 +100,7 @@ def _pids(path: Path, count: int, seconds: float = 60) -> list[int]:
 
 def _kill(pids: list[int]) -> None:
     for pid in pids:
-        if _alive(pid):
+        if alive(pid):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -155,10 +148,10 @@ def test_a_second_ctrl_c_during_the_grace_period_kills_the_child_at_once(tmp_pat
     pid = int(ready.read_text())
     try:
         assert stopped.value.signum == signal.SIGINT
-        assert not _alive(pid), "the child outlived the command"
+        assert not alive(pid), "the child outlived the command"
         assert ended < GRACE_SECONDS              # the second Ctrl-C did not wait out the grace period
     finally:
-        if _alive(pid):
+        if alive(pid):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -181,7 +174,7 @@ def test_a_stopped_command_ends_what_its_child_started_in_a_session_of_its_own(t
         signal.signal(signal.SIGINT, pytests)
     pids = _pids(ready, 2)
     try:
-        assert [pid for pid in pids if _alive(pid)] == [], "the child or its grandchild outlived the command"
+        assert [pid for pid in pids if alive(pid)] == [], "the child or its grandchild outlived the command"
     finally:
         _kill(pids)
 
@@ -192,7 +185,7 @@ def test_a_stop_while_the_child_is_being_started_is_the_commands_stop_and_ends_t
     (pid,) = _pids(tmp_path / "pid", 1)
     try:
         assert finished == (128 + signal.SIGTERM, "stopped by SIGTERM\n", "")
-        assert not _alive(pid), "the child outlived the command"
+        assert not alive(pid), "the child outlived the command"
     finally:
         _kill([pid])
 

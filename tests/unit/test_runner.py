@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from children import alive
 from mf_memopt.runner import ChildFailed, child_command, compile_graph, train, yaml_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,14 +38,6 @@ def test_a_failed_training_child_raises_one_error_with_its_own_error_lines_and_i
     assert message.endswith(f"; its log: {work / 'train.log'}") and (work / "train.log").read_text()
 
 
-def _alive(pid: int) -> bool:
-    """Running or stopped: anything but ended (a zombie has ended)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
 
 def test_a_training_child_out_of_time_is_ended_and_reported(tmp_path, monkeypatch):
     started = []
@@ -58,7 +51,7 @@ def test_a_training_child_out_of_time_is_ended_and_reported(tmp_path, monkeypatc
     with pytest.raises(ChildFailed, match=r"^training .*llama_tiny.yaml did not finish within 0 s$"):
         train(TINY, steps=1, work=tmp_path, timeout=0.01)
     assert len(started) == 1
-    assert not _alive(started[0]), "the child outlived its time"
+    assert not alive(started[0]), "the child outlived its time"
 
 
 def test_a_failed_compile_child_raises_the_same_error(tmp_path):
