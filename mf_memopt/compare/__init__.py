@@ -192,7 +192,7 @@ def compare_configs(base: str | Path, candidate: str | Path, *, steps: int, runt
     return result
 
 
-def _runtime(source: Source, asked: str | None) -> str:
+def _runtime(source: Source, asked: str | None = None) -> str:
     """The runtime of the base's device (`config.device`: ascend when context.device_target is not set), where both
     runs train whatever `--runtime` says: `asked` naming another is a `ConfigError` at that key, before any training
     (as `estimate --measure` refuses it: `estimate/measure.py`)."""
