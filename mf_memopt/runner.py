@@ -42,6 +42,10 @@ class ChildFailed(RuntimeError):
     config and why, in a few lines."""
 
 
+class ChildKilled(ChildFailed):
+    """The child was killed by SIGKILL: on a machine with nothing else running, the kernel's out-of-memory killer."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChildRun:
     """What a child that finished did."""
@@ -104,7 +108,7 @@ def race_child(configs: Sequence[Path], *, work: Path, steps: int, timeout: floa
         raise ChildFailed(f"racing {len(configs)} plans did not finish within {timeout:.0f} s") from error
     log = done.stdout or ""
     if done.returncode == -signal.SIGKILL:
-        raise ChildFailed(f"racing {len(configs)} plans ({configs[0]}, ...) was killed (SIGKILL): the system may have "
+        raise ChildKilled(f"racing {len(configs)} plans ({configs[0]}, ...) was killed (SIGKILL): the system may have "
                           "run out of memory (a race holds every plan's compiled training step at once)")
     if done.returncode != 0:
         raise ChildFailed(f"racing {len(configs)} plans ({configs[0]}, ...) failed (exit {done.returncode}): "

@@ -53,16 +53,23 @@ def paired_ratio(plan: Sequence[float], anchor: Sequence[float]) -> float:
     return statistics.median(pairs)
 
 
+class RaceKilled(RuntimeError):
+    """A race's child was killed by SIGKILL (out of memory: a race holds every plan at once); fewer plans a race may
+    fit."""
+
+
 def race(configs: Sequence[Path], work: Path, steps: int = STEPS, timeout: float | None = 3600,
          rotate: bool = True) -> list[tuple[float, ...]]:
     """Race `configs` (YAML files) in one child process; each one's timed step seconds, in the order given. With
     `rotate` False every step runs them in the order given (`benchmarks/race_positions.py` measures the difference)."""
     from ..estimate.measure import MeasureError
-    from ..runner import ChildFailed, race_child
+    from ..runner import ChildFailed, ChildKilled, race_child
 
     work.mkdir(parents=True, exist_ok=True)
     try:
         done = race_child(list(configs), work=work, steps=steps, timeout=timeout, rotate=rotate)
+    except ChildKilled as error:
+        raise RaceKilled(str(error)) from error
     except ChildFailed as error:
         raise MeasureError(str(error)) from error
     return step_times(done.log, len(configs))

@@ -164,16 +164,26 @@ def profile(source: Source, layers: int, uniform: Callable[[Choice], str], choic
             configs[name] = Path(tmp) / f"{_slug(name)}.yaml"
             configs[name].write_text(uniform(by_name[name]), encoding="utf-8")
         for repeat in range(runs):
-            for number, group in enumerate(groups):
-                began = time.perf_counter()
-                timed = race([configs[name] for name in group], Path(tmp) / f"race{repeat}_{number}", steps)
-                keep = timed[0]
+            waiting, number = list(groups), 0
+            while waiting:
+                group = waiting.pop(0)
+                began, number = time.perf_counter(), number + 1
+                try:
+                    timed = race([configs[name] for name in group], Path(tmp) / f"race{repeat}_{number}", steps)
+                except racing.RaceKilled:
+                    if len(group) <= 2:
+                        raise
+                    halves = _halves(group)
+                    report(f"profile: a race of {len(group)} plans was killed (out of memory?): racing them in "
+                           f"{len(halves)} races of at most {len(halves[0])}, keep in each")
+                    waiting[:0] = halves
+                    groups = [g for g in groups if g != group] + halves if repeat == 0 else groups
+                    continue
                 for name, seconds in zip(group, timed):
                     samples[name].append(racing.lower_quartile(seconds))
-                    ratios[name].append(racing.paired_ratio(seconds, keep))
-                report(f"profile: race {repeat * len(groups) + number + 1}/{runs * len(groups)} "
-                       f"({time.perf_counter() - began:.0f} s), every layer given: "
-                       + ", ".join(f"{name} {samples[name][-1] * 1e3:.0f} ms" for name in group))
+                    ratios[name].append(racing.paired_ratio(seconds, timed[0]))
+                report(f"profile: race {number}, run {repeat + 1}/{runs} ({time.perf_counter() - began:.0f} s), "
+                       "every layer given: " + ", ".join(f"{name} {samples[name][-1] * 1e3:.0f} ms" for name in group))
                 loads.append(load_average())
     base = statistics.median(samples["keep"])
     measured = {name: max(0.0, statistics.median(values) - 1.0) * base / layers for name, values in ratios.items()}
@@ -181,10 +191,18 @@ def profile(source: Source, layers: int, uniform: Callable[[Choice], str], choic
     noise = statistics.median(max(values) - min(values) for values in ratios.values()) * base / layers
     return TimeTable(key=shape_key(source), layers=layers, base_s=base, added_s=added, samples=samples, noise_s=noise,
                      source=f"step-time profile measured here (every layer given each choice, raced in one process "
-                            f"{runs} time(s) in {len(groups)} race(s) of at most {GROUP} plans with keep, "
+                            f"{runs} time(s) in {len(groups)} race(s) of at most {max(map(len, groups))} plans "
+                            "with keep, "
                             f"{steps - racing.WARMUP} timed steps each, each step paired with keep's step of the same "
                             f"batch; races differ by {noise * 1e3:.1f} ms per layer)",
                      load="; ".join(loads))
+
+
+def _halves(group: list[str]) -> list[list[str]]:
+    """A race's plans (keep first) split in two races, keep in each."""
+    others = group[1:]
+    middle = (len(others) + 1) // 2
+    return [["keep", *others[:middle]], ["keep", *others[middle:]]]
 
 
 def monotone(added: dict[str, float], choices: dict[str, Choice]) -> dict[str, float]:

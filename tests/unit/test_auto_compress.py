@@ -154,3 +154,35 @@ def test_measure_races_a_compressing_plan_against_the_best_plan_without_compress
     assert all(rival.priced_s >= plan.priced_s - 1e-12 for _, rival in found)
     assert not any(name.startswith("without compression") for name, _ in rivals(load_document(TINY), plain, count=2,
                                                                                   times=table))
+
+
+def test_a_race_killed_for_memory_is_raced_again_in_halves_each_with_keep():
+    """A race holds every plan at once: at a larger shape six plans can be more than the machine has. A race killed
+    by SIGKILL is split in two, keep in each, down to keep and one plan; every choice is still priced against keep of
+    its own race."""
+    from mf_memopt.auto.race import RaceKilled
+
+    races, lines = [], []
+
+    def race(configs, work, steps):
+        names = [path.read_text() for path in configs]
+        if len(names) > 3:
+            raise RaceKilled(f"racing {len(names)} plans was killed (SIGKILL)")
+        races.append(names)
+        return [tuple([1.0 + 0.01 * len(name)] * 10) for name in names]
+
+    choices = choice_set(LLAMA.auto_cells, swap=False, compress=("int8", "lossless"))
+    table = profile(load_source(TINY), 4, lambda choice: choice.name, choices, runs=1, race=race, report=lines.append)
+    assert all(len(names) <= 3 and names[0] == "keep" for names in races)
+    assert sorted(name for names in races for name in names[1:]) == sorted(
+        choice.name for choice in choices if choice != KEEP)
+    assert any("was killed (out of memory?)" in line for line in lines)
+    assert "of at most 3 plans" in table.source
+    name = "compress feed_forward int8"
+    assert table.added_s[name] == pytest.approx(0.01 * (len(name) - len("keep")) / 4, rel=1e-9)
+
+    def never(configs, work, steps):
+        raise RaceKilled("killed")
+
+    with pytest.raises(RaceKilled):
+        profile(load_source(TINY), 4, lambda choice: choice.name, choices, runs=1, race=never)
