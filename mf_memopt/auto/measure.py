@@ -153,10 +153,12 @@ def measure_time(plans: list[tuple[str, AutoPlan]], budget: int, work: Path, rep
     holding = [index for index in range(len(plans)) if holds(peaks[index], budget)]
     times: dict[int, list[float]] = {index: [] for index in holding}
     for repeat in range(runs):
-        timed = race([configs[index] for index in holding], work / f"race{repeat}")
-        anchor = racing.lower_quartile(timed[0])        # the first plan holding the budget: auto's own
-        for index, seconds in zip(holding, timed):
-            times[index].append(anchor * racing.paired_ratio(seconds, timed[0]))
+        races = _anchored_races(race, configs, holding, work / f"race{repeat}", report)
+        anchor = racing.lower_quartile(races[0][1][0])  # the first plan holding the budget (auto's own), first race
+        for number, (group, timed) in enumerate(races):     # each plan priced against the anchor of its own race
+            for index, seconds in zip(group, timed):
+                if index != group[0] or number == 0:
+                    times[index].append(anchor * racing.paired_ratio(seconds, timed[0]))
         report(f"time: race {repeat + 1}/{runs}: " + ", ".join(f"{plans[index][0]} {times[index][-1] * 1e3:.0f} ms"
                                                                for index in holding))
     raced = {index: Timed(plan=plans[index][1], name=plans[index][0], peak=peaks[index], times=tuple(times[index]))
@@ -167,6 +169,25 @@ def measure_time(plans: list[tuple[str, AutoPlan]], budget: int, work: Path, rep
                f"{plans[0][0]}: within the race's resolution ({RESOLUTION:.0%}), the first plan is kept")
         winner = 0
     return winner, list(raced.values())
+
+
+def _anchored_races(race, configs: list[Path], holding: list[int], work: Path, report: Callable[[str], None]
+                    ) -> list[tuple[list[int], list[tuple[float, ...]]]]:
+    """The plans `holding` (indices, the first the anchor) raced at once, or, where a race is killed for memory (it
+    holds every plan), in halves that each race the anchor too, down to the anchor and one plan."""
+    waiting, done, tried = [holding], [], 0
+    while waiting:
+        group, tried = waiting.pop(0), tried + 1
+        try:
+            done.append((group, race([configs[index] for index in group], work / str(tried))))
+        except racing.RaceKilled:
+            if len(group) <= 2:
+                raise
+            middle = len(group) // 2 + 1
+            waiting[:0] = [group[:middle], [group[0], *group[middle:]]]
+            report(f"time: a race of {len(group)} plans was killed (out of memory?): racing them in two races, "
+                   "the first plan in each")
+    return done
 
 
 def measure_plan(document: Document, plan_for: Callable[[int], AutoPlan], budget: int, times, *,

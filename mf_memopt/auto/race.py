@@ -30,6 +30,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..estimate.measure import MeasureError
+
 STEPS = 40                  # steps of each plan in a race (35 timed: the median of 25 was good to about 1.5%)
 WARMUP = 5                  # the first steps of each plan are not timed: the compile, then the process settling
 PREFIX = "mf_memopt race:"
@@ -53,7 +55,7 @@ def paired_ratio(plan: Sequence[float], anchor: Sequence[float]) -> float:
     return statistics.median(pairs)
 
 
-class RaceKilled(RuntimeError):
+class RaceKilled(MeasureError):
     """A race's child was killed by SIGKILL (out of memory: a race holds every plan at once); fewer plans a race may
     fit."""
 
@@ -62,7 +64,6 @@ def race(configs: Sequence[Path], work: Path, steps: int = STEPS, timeout: float
          rotate: bool = True) -> list[tuple[float, ...]]:
     """Race `configs` (YAML files) in one child process; each one's timed step seconds, in the order given. With
     `rotate` False every step runs them in the order given (`benchmarks/race_positions.py` measures the difference)."""
-    from ..estimate.measure import MeasureError
     from ..runner import ChildFailed, ChildKilled, race_child
 
     work.mkdir(parents=True, exist_ok=True)
@@ -82,8 +83,6 @@ def step_times(log: str, plans: int, warmup: int = WARMUP) -> list[tuple[float, 
         if int(plan) < plans:
             seconds[int(plan)][int(step)] = float(wall) / 1e3
     if not all(seconds):
-        from ..estimate.measure import MeasureError
-
         missing = [str(index) for index, steps in enumerate(seconds) if not steps]
         raise MeasureError(f"the race printed no step times for plan(s) {', '.join(missing)} (mf_memopt.auto.race)")
     return [tuple(value for step, value in sorted(steps.items()) if step > warmup)

@@ -273,3 +273,38 @@ def test_measures_rivals_are_the_next_fastest_plans_priced_at_the_commands_throu
     assert [round(rival.priced_s, 15) for _, rival in found] == [round(item.priced_s, 15) for item in ranked[:3]]
     slower = rivals(load_document(QWEN3), plan, count=3, hardware=Hardware(tflops=15.0))
     assert [rival.priced_s for _, rival in slower] == pytest.approx([10 * rival.priced_s for _, rival in found])
+
+
+def test_a_timing_race_killed_for_memory_is_raced_again_in_halves_with_the_plan_in_each(tmp_path):
+    """`--measure` races auto's plan and its rivals at once; where that is more than the machine holds (SIGKILL), it
+    races them in halves, auto's plan in each, each rival priced against auto's plan of its own race."""
+    from mf_memopt.auto.race import RaceKilled
+
+    plans = [(name, auto_plan(TINY, budget=budget * MiB, runtime="cpu", margin=0.0))
+             for name, budget in (("mine", 60), ("b", 50), ("c", 52), ("d", 54))]
+    speed = {"mine": 1.0, "b": 0.9, "c": 1.1, "d": 1.2}
+    raced, lines = [], []
+
+    def name_of(config: Path) -> str:
+        return next(name for name, plan in plans if plan.text == config.read_text())
+
+    def race(configs: list[Path], work: Path) -> list[tuple[float, ...]]:
+        if len(configs) > 3:
+            raise RaceKilled("racing 4 plans was killed (SIGKILL)")
+        raced.append([name_of(config) for config in configs])
+        slow = 0.5 * (len(raced) == 2)                  # the second race slower throughout
+        return [(speed[name] + slow,) * 5 for name in raced[-1]]
+
+    winner, timed = measure_time(plans, 60 * MiB, tmp_path, lines.append, peak=lambda config, work: 49 * MiB,
+                                 race=race, known={0: 59 * MiB})
+    assert raced == [["mine", "b", "c"], ["mine", "d"]] and plans[winner][0] == "b"
+    assert {item.name: item.time_s for item in timed} == pytest.approx(
+        {"mine": 1.0, "b": 0.9, "c": 1.1, "d": 1.0 * 1.7 / 1.5})         # d against mine's step of its own race
+    assert any("a race of 4 plans was killed" in line for line in lines)
+
+    def never(configs: list[Path], work: Path) -> list[tuple[float, ...]]:
+        raise RaceKilled("killed")
+
+    with pytest.raises(RaceKilled):
+        measure_time(plans[:2], 60 * MiB, tmp_path, lines.append, peak=lambda config, work: 49 * MiB,
+                     race=never, known={0: 59 * MiB})
