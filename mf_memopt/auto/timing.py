@@ -173,11 +173,11 @@ def profile(source: Source, layers: int, uniform: Callable[[Choice], str], choic
                 except racing.RaceKilled:
                     if len(group) <= 2:
                         raise
-                    halves = _halves(group)
-                    report(f"profile: a race of {len(group)} plans was killed (out of memory?): racing them in "
-                           f"{len(halves)} races of at most {len(halves[0])}, keep in each")
-                    waiting[:0] = halves
-                    groups = [g for g in groups if g != group] + halves if repeat == 0 else groups
+                    size = (len(group) + 2) // 2            # keep and half the others
+                    report(f"profile: a race of {len(group)} plans was killed (out of memory?): racing at most "
+                           f"{size} plans a race from here, keep in each")
+                    waiting = _chunks([group, *waiting], size)
+                    groups = _chunks(groups, size)
                     continue
                 for name, seconds in zip(group, timed):
                     samples[name].append(racing.lower_quartile(seconds))
@@ -198,11 +198,10 @@ def profile(source: Source, layers: int, uniform: Callable[[Choice], str], choic
                      load="; ".join(loads))
 
 
-def _halves(group: list[str]) -> list[list[str]]:
-    """A race's plans (keep first) split in two races, keep in each."""
-    others = group[1:]
-    middle = (len(others) + 1) // 2
-    return [["keep", *others[:middle]], ["keep", *others[middle:]]]
+def _chunks(groups: list[list[str]], size: int) -> list[list[str]]:
+    """Races (keep first in each) of at most `size` plans, keep in each, the others in their order."""
+    return [["keep", *group[1:][start:start + size - 1]] for group in groups
+            for start in range(0, max(len(group) - 1, 1), size - 1)]
 
 
 def monotone(added: dict[str, float], choices: dict[str, Choice]) -> dict[str, float]:

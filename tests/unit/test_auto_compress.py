@@ -162,11 +162,12 @@ def test_a_race_killed_for_memory_is_raced_again_in_halves_each_with_keep():
     its own race."""
     from mf_memopt.auto.race import RaceKilled
 
-    races, lines = [], []
+    races, lines, killed = [], [], []
 
     def race(configs, work, steps):
         names = [path.read_text() for path in configs]
         if len(names) > 3:
+            killed.append(len(names))
             raise RaceKilled(f"racing {len(names)} plans was killed (SIGKILL)")
         races.append(names)
         return [tuple([1.0 + 0.01 * len(name)] * 10) for name in names]
@@ -176,7 +177,8 @@ def test_a_race_killed_for_memory_is_raced_again_in_halves_each_with_keep():
     assert all(len(names) <= 3 and names[0] == "keep" for names in races)
     assert sorted(name for names in races for name in names[1:]) == sorted(
         choice.name for choice in choices if choice != KEEP)
-    assert any("was killed (out of memory?)" in line for line in lines)
+    assert killed == [6, 4]         # once a size was killed, no race of that size is tried again
+    assert sum("was killed (out of memory?)" in line for line in lines) == 2
     assert "of at most 3 plans" in table.source
     name = "compress feed_forward int8"
     assert table.added_s[name] == pytest.approx(0.01 * (len(name) - len("keep")) / 4, rel=1e-9)
