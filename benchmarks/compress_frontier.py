@@ -93,17 +93,14 @@ def plan_config(width: int, name: str, directory: Path) -> Path:
     return path
 
 
-def races(names: list[str], width: int) -> list[list[str]]:
-    """keep plus at most RACE_SIZE - 1 others per race, in the table's order."""
+def races(names: list[str], size: int) -> list[list[str]]:
+    """keep plus at most `size` - 1 others per race, in the table's order."""
     others = [name for name in names if name != "keep"]
-    size = RACE_SIZE[width] - 1
-    return [["keep", *others[start:start + size]] for start in range(0, len(others), size)]
+    return [["keep", *others[start:start + size - 1]] for start in range(0, len(others), size - 1)]
 
 
 def measure_width(width: int, state: dict, steps: int, save) -> None:
-    from mf_memopt.auto.race import paired_ratio, step_times
     from mf_memopt.estimate.measure import measure_peak
-    from mf_memopt.runner import race_child
 
     results = state.setdefault(str(width), {})
     with tempfile.TemporaryDirectory(prefix=f"mf_memopt_frontier_{width}_") as tmp:
@@ -115,26 +112,40 @@ def measure_width(width: int, state: dict, steps: int, save) -> None:
                 entry["peak_mib"] = measured.peak_bytes / MiB
                 save()
                 print(f"  hidden {width}: {name}: peak {entry['peak_mib']:.0f} MiB", flush=True)
-        for index, group in enumerate(races(list(PLANS), width)):
-            if all("ratio" in results[name] for name in group[1:]):
-                continue
-            race_dir = work / f"race{index}"
-            race_dir.mkdir()
-            configs = [plan_config(width, name, race_dir) for name in group]
-            before = load_average()
-            done = race_child(configs, work=race_dir, steps=steps)
-            times = step_times(done.log, len(group))
-            for name, seconds in zip(group, times):
-                entry = results[name]
-                if name == "keep":
-                    entry.setdefault("keep_ms", []).append(statistics.median(seconds) * 1e3)
-                    continue
-                entry.update(ratio=paired_ratio(seconds, times[0]), step_ms=statistics.median(seconds) * 1e3,
-                             race=index, load=f"{before} -> {load_average()}")
-            save()
-            print(f"  hidden {width}: race {index} ({', '.join(group)}): "
-                  + ", ".join(f"{name} {results[name]['ratio']:.3f}" for name in group[1:]), flush=True)
+        race_all(width, results, steps, work, save)
         results["keep"]["ratio"] = 1.0
+
+
+def race_all(width: int, results: dict, steps: int, work: Path, save) -> None:
+    """Race every plan without a ratio yet, RACE_SIZE[width] plans a race; a race killed for memory (SIGKILL) makes
+    the races one plan smaller, down to keep and one plan."""
+    from mf_memopt.auto.race import paired_ratio, step_times
+    from mf_memopt.runner import ChildKilled, race_child
+
+    size, number = RACE_SIZE[width], 0
+    while missing := [name for name in PLANS if name != "keep" and "ratio" not in results[name]]:
+        group, number = races(missing, size)[0], number + 1
+        race_dir = work / f"race{number}"
+        race_dir.mkdir()
+        configs = [plan_config(width, name, race_dir) for name in group]
+        before = load_average()
+        try:
+            done = race_child(configs, work=race_dir, steps=steps)
+        except ChildKilled:
+            if size <= 2:
+                raise
+            size -= 1
+            print(f"  hidden {width}: a race of {len(group)} plans was killed for memory: {size} plans a race",
+                  flush=True)
+            continue
+        times = step_times(done.log, len(group))
+        results["keep"].setdefault("keep_ms", []).append(statistics.median(times[0]) * 1e3)
+        for name, seconds in zip(group[1:], times[1:]):
+            results[name].update(ratio=paired_ratio(seconds, times[0]), step_ms=statistics.median(seconds) * 1e3,
+                                 race=number, load=f"{before} -> {load_average()}")
+        save()
+        print(f"  hidden {width}: race {number} ({', '.join(group)}): "
+              + ", ".join(f"{name} {results[name]['ratio']:.3f}" for name in group[1:]), flush=True)
 
 
 def frontier(results: dict) -> set[str]:
