@@ -23,13 +23,13 @@ bytes is printed as a second view of the machine's bandwidth. The load average i
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
+
+from benchmarks.common import teed
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET = 1 / 3      # issue 47: compress + restore at no less than a third of the copy's GB/s, at 16 MiB and more
@@ -188,17 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="also write everything printed to this file")
     args = parser.parse_args(argv)
     os.environ.setdefault("GLOG_v", "3")
-    printed = io.StringIO()
-
-    class Tee(io.TextIOBase):
-        def write(self, text):
-            printed.write(text)
-            return sys.__stdout__.write(text)
-
-        def flush(self):
-            sys.__stdout__.flush()
-
-    with contextlib.redirect_stdout(Tee()):
+    with teed() as printed:
         print(f"uptime before: {_uptime()}")
         print(f"command: python -m benchmarks.codec {' '.join(argv if argv is not None else sys.argv[1:])}")
         rows = measure(args.sizes, args.methods, args.seconds, not args.no_reference)

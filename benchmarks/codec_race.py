@@ -19,9 +19,7 @@ average before and after.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
-import io
 import os
 import statistics
 import sys
@@ -29,6 +27,8 @@ import tempfile
 from pathlib import Path
 
 import yaml
+
+from benchmarks.common import teed
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / "benchmarks" / "llama_medium.yaml"
@@ -93,17 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--races", nargs="+", choices=sorted(RACES), default=["fused", "reference"])
     parser.add_argument("--out", type=Path, help="also write everything printed to this file")
     args = parser.parse_args(argv)
-    printed = io.StringIO()
-
-    class Tee(io.TextIOBase):
-        def write(self, text):
-            printed.write(text)
-            return sys.__stdout__.write(text)
-
-        def flush(self):
-            sys.__stdout__.flush()
-
-    with contextlib.redirect_stdout(Tee()), tempfile.TemporaryDirectory(prefix="mf_memopt_codec_race_") as tmp:
+    with teed() as printed, tempfile.TemporaryDirectory(prefix="mf_memopt_codec_race_") as tmp:
         print(f"command: python -m benchmarks.codec_race {' '.join(argv if argv is not None else sys.argv[1:])}")
         for race in args.races:
             run_race(race, args.steps, Path(tmp))

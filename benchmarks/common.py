@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import io
 import os
 import statistics
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 
@@ -53,3 +56,20 @@ def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]
 
 def _row(values: Sequence[str], widths: Sequence[int]) -> str:
     return "| " + " | ".join(value.ljust(width) for value, width in zip(values, widths)) + " |"
+
+
+@contextlib.contextmanager
+def teed() -> Iterator[io.StringIO]:
+    """Print as usual and also collect what is printed (for a benchmark's `--out` file)."""
+    printed = io.StringIO()
+
+    class Tee(io.TextIOBase):
+        def write(self, text):
+            printed.write(text)
+            return sys.__stdout__.write(text)
+
+        def flush(self):
+            sys.__stdout__.flush()
+
+    with contextlib.redirect_stdout(Tee()):
+        yield printed
