@@ -5,7 +5,7 @@ four plans fits this machine
 and takes minutes; at 2048, two layers of batch 4), every plan below is
 
 * run alone for one step by the launcher in a child process, for its memory-pool peak (`estimate --measure`);
-* raced against "keep everything" in races of at most four plans (three at 2048) (`mf_memopt.auto.race`, the order rotating each
+* raced against "keep everything" in races of at most four plans (two at 2048) (`mf_memopt.auto.race`, the order rotating each
   step, the first 5 steps untimed), for its step time as the paired ratio to keep's (`auto.race.paired_ratio`).
 
 Plans: keep everything; `select_recompute` of the attention and of the MLP; full recompute; int8, int4 and int2 on
@@ -39,9 +39,9 @@ sys.path.insert(0, str(REPO))
 from mf_memopt.auto.timing import load_average  # noqa: E402 (the checkout's package, run as a script)
 CONFIG = REPO / "benchmarks" / "llama_medium.yaml"
 MiB = 2**20
-# plans per race, keep included: a race holds every plan's compiled step at once (four at hidden 2048 were killed
-# for memory on this 23 GiB machine)
-RACE_SIZE = {512: 4, 1024: 4, 2048: 3}
+# plans per race, keep included: a race holds every plan's compiled step at once (four and then three at hidden 2048
+# were killed for memory on this 23 GiB machine)
+RACE_SIZE = {512: 4, 1024: 4, 2048: 2}
 RESOLUTION = 0.02                  # ratios closer than this are not told apart here
 # hidden size -> (layers, heads, batch). A step's matmuls grow as tokens x hidden^2 x layers, a layer's activations
 # as tokens x hidden and its parameters as hidden^2: the layers are cut as the width grows so that a race of four
