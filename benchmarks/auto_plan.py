@@ -173,7 +173,7 @@ def _row(rows: list, row: list) -> None:
 
 def _uniform(config: Path, plan, choice) -> str:
     from mf_memopt.auto.planner import _Context
-    from mf_memopt.config.source import parse_yaml
+    from mf_memopt.document.source import parse_yaml
 
     text = config.read_text()
     context = _Context.read(parse_yaml(text, str(config)), "cpu", plan.estimate.hardware, text, str(config))

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .child import Stopped
-from .config.errors import ConfigError
 from .config.load import load_document, load_plan
 from .config.plan import Plan
 from .config.render import formative_lines, layer_table, summary
+from .document.errors import ConfigError
 from .estimate.transfer import DEFAULT_HOST_GBPS, DEFAULT_TFLOPS
 from .runtime.errors import LaunchError
 

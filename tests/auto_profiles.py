@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mf_memopt.auto.timing import TimeTable, shape_key
-from mf_memopt.config.source import load_source
+from mf_memopt.document.source import load_source
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config.tree import (
+from ..document.tree import (
     children,
     is_recompute_scoped,
     join,

@@ -19,10 +19,10 @@ from typing import Any
 
 from ..config.actions import Action, LayerActions, Skip, layer_actions
 from ..config.compress_actions import CompressAction, compress_actions
-from ..config.errors import ConfigError, ConfigIssue, key_path
 from ..config.match import NO_MATCH, merge_layers
 from ..config.plan import Plan
 from ..config.render import formative_lines
+from ..document.errors import ConfigError, ConfigIssue, key_path
 from . import cells
 from .compress import codec_for, compress_line, install
 from .logs import LOGGER, layer_lines

@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 
 from ..config.actions import LayerActions
-from ..config.patterns import compile_pattern
 from ..config.rules import Kind
+from ..document.patterns import compile_pattern
 
 LOGGER = logging.getLogger("mf_memopt")   # configured by the runtime (`runtime.environment`)
 

@@ -40,10 +40,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config.errors import ConfigIssue, raise_if_errors
 from ..config.layout import Layout
 from ..config.load import Document, load_document
-from ..config.source import Source
+from ..document.errors import ConfigIssue, raise_if_errors
+from ..document.source import Source
 from ..estimate.budget import device_budget
 from ..estimate.core import Estimate
 from ..estimate.memory import StageParams, ascend_moments, in_flight, stage_params

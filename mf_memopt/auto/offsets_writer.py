@@ -18,9 +18,9 @@ from typing import Any
 
 import yaml
 
-from ..config.errors import key_path
-from ..config.source import KeyPath, Source
-from ..config.yamlload import LimitExceeded, build, compose
+from ..document.errors import key_path
+from ..document.source import KeyPath, Source
+from ..document.yamlload import LimitExceeded, build, compose
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _BREAK = re.compile("\r\n|[\r\n\x85\u2028\u2029]")

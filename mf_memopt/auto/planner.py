@@ -31,11 +31,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..config.errors import ConfigIssue, raise_if_errors
-from ..config.inherit import BASE_CONFIG
 from ..config.load import Document, load_document
 from ..config.plan import Plan
-from ..config.source import Source, parse_yaml
+from ..document.errors import ConfigIssue, raise_if_errors
+from ..document.inherit import BASE_CONFIG
+from ..document.source import Source, parse_yaml
 from ..estimate.budget import device_budget
 from ..estimate.core import Estimate, estimate_source
 from ..estimate.spec import ModelSpec, read_spec

@@ -37,8 +37,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..config.reading import read_bytes
-from ..config.source import Source
+from ..document.reading import read_bytes
+from ..document.source import Source
 from . import race as racing
 from .choices import Choice
 

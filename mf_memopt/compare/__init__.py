@@ -28,9 +28,9 @@ from typing import Any
 import yaml
 
 from ..config.device import DEVICE_TARGET, device_of
-from ..config.errors import ConfigError
 from ..config.load import Document, load_document
-from ..config.source import Source
+from ..document.errors import ConfigError
+from ..document.source import Source
 from .configs import PLAN_SECTIONS, LossyUse, by_text, check_only_plan_changes, leaves, lossy_uses, with_lossy_uses
 from .runs import Run, RunFailed, Step, train_recorded
 

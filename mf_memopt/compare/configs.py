@@ -20,10 +20,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..config.errors import ConfigError, ConfigIssue
 from ..config.load import Document
 from ..config.plan import Plan
-from ..config.source import KeyPath, Source
+from ..document.errors import ConfigError, ConfigIssue
+from ..document.source import KeyPath, Source
 
 PLAN_SECTIONS = ("recompute_config", "swap_config", "compress_config")
 PER_RUN = (("output_dir",),)              # each run writes to its own directory

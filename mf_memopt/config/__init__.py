@@ -4,7 +4,7 @@ Nothing here imports MindSpore or the later stages (apply, runtime, verify); a t
 `load_document` is the loader a command calls once; `load_plan` is its plan.
 """
 
-from .errors import ConfigError, ConfigIssue
+from ..document.errors import ConfigError, ConfigIssue
 from .load import Document, load_document, load_plan, plan_source
 
 __all__ = ["ConfigError", "ConfigIssue", "Document", "load_document", "load_plan", "plan_source"]

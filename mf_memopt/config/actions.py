@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from ..document import tree as cells
+from ..document.errors import ConfigIssue
 from ..models.family import ModelFamily
-from . import tree as cells
-from .errors import ConfigIssue
 from .match import Match, Where, matches_or_issue, primitives_only
 from .plan import LayerPlan, SwapUse, Use
 from .rules import Kind, Origin, RecomputeOptions

@@ -3,9 +3,9 @@ no SOMAS, lazy_inline; docs/configuration.md)."""
 
 from __future__ import annotations
 
+from ..document.errors import ConfigIssue, did_you_mean
+from ..document.source import KeyPath, Source
 from ..models.family import ModelFamily
-from .errors import ConfigIssue, did_you_mean
-from .source import KeyPath, Source
 
 _SECTIONS = ("recompute_config", "swap_config")
 _GRAPH_MODES = (0, "GRAPH_MODE")

@@ -8,9 +8,9 @@ level1 adds an offload of what the compressed cells keep (on Ascend; on CPU noth
 from __future__ import annotations
 
 from ..compress.methods import DEFAULT_GROUP_SIZE
+from ..document.source import KeyPath
 from .reader import SectionReader
 from .rules import COMPRESS, CompressRule
-from .source import KeyPath
 
 DENSE_METHOD = "lossless"
 DENSE_OFFLOAD_PREFETCH = 1

@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..document import tree as cells
+from ..document.errors import ConfigIssue
 from ..models.compression import Compression
-from . import tree as cells
-from .errors import ConfigIssue
 from .match import Where, cells_only, matches_or_issue
 from .plan import CompressUse
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import ConfigError, ConfigIssue, shown
-from .source import KeyPath, Source
+from ..document.errors import ConfigError, ConfigIssue, shown
+from ..document.source import KeyPath, Source
 
 DEVICE_TARGET: KeyPath = ("context", "device_target")
 DEFAULT_DEVICE = "Ascend"

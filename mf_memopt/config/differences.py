@@ -13,9 +13,9 @@ legacy and the mcore models alike) calls `Cell.recompute(recompute_slice_activat
 
 from __future__ import annotations
 
-from .errors import ConfigIssue
+from ..document.errors import ConfigIssue
+from ..document.source import KeyPath, Source
 from .plan import Plan
-from .source import KeyPath, Source
 
 OPTIONS = ("recompute_config",)
 MP_COMM = (*OPTIONS, "mp_comm_recompute")

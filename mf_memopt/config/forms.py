@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import ConfigIssue
+from ..document.errors import ConfigIssue
+from ..document.source import KeyPath, Source
 from .layout import Layout
-from .source import KeyPath, Source
 
 
 def select_layers(value: Any, layout: Layout, *, by_index: bool, source: Source, path: KeyPath,

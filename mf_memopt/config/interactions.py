@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from ..document.patterns import covers
 from ..models.family import ModelFamily
 from .layout import Layout
-from .patterns import covers
 from .plan import CompressUse, Conflict, Effect, LayerPlan, Party, Plan, SwapUse, Use
 from .rules import Kind, Rules
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from ..document.errors import ConfigIssue
 from .actions import layer_actions
 from .compress_actions import compress_actions
-from .errors import ConfigIssue
 from .match import merge_layers
 from .plan import LayerPlan, Plan
 

@@ -14,9 +14,9 @@ from functools import cached_property
 from itertools import accumulate
 from typing import Any
 
+from ..document.errors import ConfigIssue, key_path
+from ..document.source import KeyPath, Source
 from ..models.family import ModelKeys
-from .errors import ConfigIssue, key_path
-from .source import KeyPath, Source
 
 PIPELINE_STAGE: KeyPath = ("parallel_config", "pipeline_stage")
 PIPELINE_CONFIG: KeyPath = ("parallel", "pipeline_config")

@@ -13,19 +13,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..document.errors import ConfigError, ConfigIssue, key_path, raise_if_errors, unique
+from ..document.source import KeyPath, Source, load_source
 from ..models import family_of
 from ..models.family import ModelFamily
 from .checks import context_issues
 from .device import device_issues
 from .differences import differences
-from .errors import ConfigError, ConfigIssue, key_path, raise_if_errors, unique
 from .interactions import resolve
 from .layer_check import layer_issues
 from .layout import PIPELINE_STAGE, Layout, integral_offsets, layout_from
 from .normalise import normalise
 from .plan import Plan
 from .schema import schema_issues
-from .source import KeyPath, Source, load_source
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .errors import ConfigIssue, did_you_mean
-from .patterns import compile_pattern
+from ..document.errors import ConfigIssue, did_you_mean
+from ..document.patterns import compile_pattern
+from ..document.tree import children, join, primitives
 from .rules import Origin
-from .tree import children, join, primitives
 
 
 @dataclass(frozen=True, slots=True)

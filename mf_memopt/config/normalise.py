@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..document.errors import ConfigIssue
+from ..document.source import KeyPath, Source
 from ..models.family import ModelFamily
 from .compress import compress_rules
-from .errors import ConfigIssue
 from .layout import Layout
 from .reader import SectionReader
 from .recompute import recompute_rules
 from .rules import Rules
-from .source import KeyPath, Source
 from .swap import swap_rules
 
 

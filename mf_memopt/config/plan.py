@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ..document.errors import ConfigIssue
 from ..models.family import ModelFamily
-from .errors import ConfigIssue
 from .layout import Layout
 from .rules import Kind, Origin, Prefetch, Rules
 

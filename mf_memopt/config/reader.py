@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from ..document.errors import ConfigIssue, key_path
+from ..document.patterns import check_pattern
+from ..document.source import KeyPath, Source
 from ..models.family import ModelFamily
-from .errors import ConfigIssue, key_path
 from .forms import layer_indices, select_layers
 from .layout import Layout
-from .patterns import check_pattern
 from .rules import Origin
-from .source import KeyPath, Source
 
 MAX_PATTERNS = 128  # in one document; resolving compares patterns pairwise in every distinct layer
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..document.source import KeyPath
 from .reader import SectionReader
 from .rules import RECOMPUTE, FullRecompute, Kind, PatternRule, RecomputeOptions
-from .source import KeyPath
 
 
 def recompute_rules(reader: SectionReader) -> tuple[FullRecompute, tuple[PatternRule, ...], RecomputeOptions]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from .errors import key_path
-from .source import KeyPath
+from ..document.errors import key_path
+from ..document.source import KeyPath
 
 Prefetch = int | str  # an int >= 0, or "Auto"
 

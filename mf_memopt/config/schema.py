@@ -17,10 +17,10 @@ from typing import Any
 from jsonschema import Draft202012Validator, ValidationError
 from jsonschema.validators import extend
 
+from ..document.errors import ConfigIssue, did_you_mean, shown, unique
+from ..document.source import Source
 from ..models import families
 from ..models.family import ModelFamily
-from .errors import ConfigIssue, did_you_mean, shown, unique
-from .source import Source
 
 SCHEMA_NAMES = ("training_layout", "recompute_config", "swap_config", "compress_config")   # every family's
 _SHAPE_VALIDATORS = {"type", "const", "enum"}

@@ -6,9 +6,9 @@ its default pattern in every layer, with `default_prefetch`).
 
 from __future__ import annotations
 
+from ..document.source import KeyPath
 from .reader import SectionReader
 from .rules import SWAP, SwapRule
-from .source import KeyPath
 
 DEFAULT_PREFETCH = 1
 

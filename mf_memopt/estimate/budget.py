@@ -25,8 +25,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..config.errors import ConfigIssue
-from ..config.source import Source
+from ..document.errors import ConfigIssue
+from ..document.source import Source
 
 KEY = ("context", "max_device_memory")
 GB = 2**30                                  # MindSpore's kGBToByte: 1024 << 20

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config.device import device_of
-from ..config.errors import raise_if_errors
 from ..config.load import Document, load_document
+from ..document.errors import raise_if_errors
 from .core import Estimate, estimate_config
 from .measure import EXACT_ON_ASCEND, MeasureError, Measurement, measure_peak, reading_center
 from .transfer import Hardware

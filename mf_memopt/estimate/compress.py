@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING
 
 from ..compress.codec_shape import restore_block_rows
 from ..compress.methods import stored_bytes
-from ..config.patterns import compile_pattern
 from ..config.plan import CompressUse, LayerPlan
+from ..document.patterns import compile_pattern
 from .effects import LayerEffect, TensorFate
 from .inventory import FP32
 

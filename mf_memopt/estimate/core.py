@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from ..config.errors import ConfigIssue, raise_if_errors
 from ..config.load import Document, load_document
 from ..config.plan import LayerPlan, Plan
-from ..config.source import Source
+from ..document.errors import ConfigIssue, raise_if_errors
+from ..document.source import Source
 from .budget import device_budget
 from .compress import compress_effect
 from .effects import LayerEffect, keeps_communication, layer_effect, with_kept_communication

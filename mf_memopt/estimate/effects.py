@@ -30,9 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from ..config.patterns import compile_pattern
 from ..config.plan import LayerPlan, SwapUse
 from ..config.rules import Prefetch
+from ..document.patterns import compile_pattern
 from .inventory import Op, Saved
 
 Fate = Literal["kept", "recomputed", "swapped"]

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config.device import DEVICE_TARGET, device_of
-from ..config.errors import ConfigError
 from ..config.load import Document
-from ..config.source import Source
+from ..document.errors import ConfigError
+from ..document.source import Source
 from ..runner import ASCEND_PEAK, ChildFailed, failure_summary, tail, train, yaml_dataset
 from .pool_log import CPU_PEAK, NoAllocations, replay
 

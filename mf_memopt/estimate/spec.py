@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..config.errors import ConfigIssue
-from ..config.source import Source
+from ..document.errors import ConfigIssue
+from ..document.source import Source
 from .step import accumulation
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config.source import Source
+from ..document.source import Source
 
 WRAPPER = ("runner_wrapper",)
 TEMPLATE_CLIP = True                        # MindFormers' WrapperConfig.use_clip_grad

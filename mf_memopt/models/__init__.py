@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from .family import ModelFamily, Part
 
 if TYPE_CHECKING:
-    from ..config.source import Source
+    from ..document.source import Source
 
 REGISTRY: dict[str, Part[ModelFamily]] = {
     "llama": Part("mf_memopt.models.llama", "LLAMA"),

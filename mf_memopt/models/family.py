@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_check
 from .compression import Compression
 
 if TYPE_CHECKING:
-    from ..config.errors import ConfigIssue
     from ..config.plan import Plan
-    from ..config.source import KeyPath, Source
-    from ..config.tree import RecordedCell
+    from ..document.errors import ConfigIssue
+    from ..document.source import KeyPath, Source
+    from ..document.tree import RecordedCell
     from ..estimate.effects import LayerEffect
     from ..estimate.inventory import Op, Saved
     from ..estimate.memory import StagePeak

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config.errors import ConfigError, ConfigIssue
 from ..config.load import Document, load_document
-from ..config.source import Source
+from ..document.errors import ConfigError, ConfigIssue
+from ..document.source import Source
 
 DATASET_DIR = ("train_dataset", "data_loader", "dataset_dir")
 GENERATED = ("generated_dataset",)

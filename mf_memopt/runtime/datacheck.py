@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..child import run_owned
-from ..config.source import Source
+from ..document.source import Source
 
 DATASET_DIR = ("train_dataset", "data_loader", "dataset_dir")
 AUTO_CHECK_BYTES = 1 << 30

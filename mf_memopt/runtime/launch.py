@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..apply.logs import LOGGER
-from ..config.errors import ConfigError
 from ..config.load import Document, load_document
 from ..config.plan import Plan
+from ..document.errors import ConfigError
 from . import interrupt
 from .claim import Claim, check_room, claim_output_dir
 from .datacheck import dataset_files

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from ..config.load import Document
-from ..config.source import Source
+from ..document.source import Source
 from ..estimate.memory import stage_parameters
 from ..estimate.spec import ParallelSpec, optimizer_spec
 

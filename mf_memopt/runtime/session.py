@@ -13,11 +13,11 @@ from typing import Any
 from ..apply.execute import ApplyReport, apply_plan
 from ..apply.logs import LOGGER
 from ..config.device import device_of
-from ..config.errors import raise_if_errors
 from ..config.layout import Layout
 from ..config.load import Document, load_document
 from ..config.plan import Plan
-from ..config.source import Source
+from ..document.errors import raise_if_errors
+from ..document.source import Source
 from .build import BuiltModel, build_model, mindformers_config
 from .context import RunContext, lazy_inline_policy, setup_context
 from .data import GENERATED, ensure_dataset

@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..config.errors import ConfigIssue, did_you_mean
 from ..config.load import Document
-from ..config.source import KeyPath, Source
+from ..document.errors import ConfigIssue, did_you_mean
+from ..document.source import KeyPath, Source
 from .data import DATASET_DIR, GENERATED
 
 # (key path of a `type:`, MindFormers registry it names)

@@ -15,9 +15,9 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..config.errors import ConfigError, ConfigIssue
 from ..config.load import Document, load_document
 from ..config.plan import Plan
+from ..document.errors import ConfigError, ConfigIssue
 from ..runner import ChildFailed, compile_graph
 from ..runtime.device import preflight_compile
 from .ir import find_validate_ir

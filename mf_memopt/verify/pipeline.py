@@ -21,7 +21,7 @@ from pathlib import Path
 from .. import runner
 from ..config.device import Device
 from ..config.plan import Plan
-from ..config.source import Source
+from ..document.source import Source
 from ..runtime.errors import LaunchError
 from ..runtime.session import stage_of
 from .ir import find_validate_ir

@@ -15,7 +15,7 @@ from .precompile import main
 
 def run(argv: list[str]) -> int:
     """`main`, with what stops the run (the YAML's errors, the machine's) said without a traceback."""
-    from ..config.errors import ConfigError
+    from ..document.errors import ConfigError
     from ..runtime.errors import LaunchError
 
     try:

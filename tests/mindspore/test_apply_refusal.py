@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mf_memopt import apply_plan, load_plan
-from mf_memopt.config.errors import ConfigError
+from mf_memopt.document.errors import ConfigError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
 from mcore_differential import build, document, marks  # noqa: E402

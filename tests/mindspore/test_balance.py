@@ -21,7 +21,7 @@ from mf_memopt.auto.balance import _Pipeline, balance_plan
 from mf_memopt.cli import main
 from mf_memopt.config.render import formative_lines
 from mf_memopt.config.rules import Kind
-from mf_memopt.config.source import load_source
+from mf_memopt.document.source import load_source
 from mf_memopt.estimate import Hardware, estimate_config
 from mf_memopt.estimate.report import parse_size
 

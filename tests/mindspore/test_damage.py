@@ -49,7 +49,7 @@ def _overwrite_the_middle(path: Path, size: int = 4096, seed: int = 1) -> None:
 
 
 def test_check_data_names_the_damaged_file_and_the_record(tmp_path, capsys):
-    from mf_memopt.config.source import parse_yaml
+    from mf_memopt.document.source import parse_yaml
     from mf_memopt.runtime.datacheck import run_check_data
 
     tokens = _tokens(tmp_path)
@@ -165,7 +165,7 @@ def _shards(folder: Path, count: int = 3, records: int = 30) -> list[Path]:
 
 @pytest.mark.parametrize("named", ["the first shard", "the directory"])
 def test_check_data_reads_every_shard_of_a_sharded_dataset(tmp_path, capsys, named):
-    from mf_memopt.config.source import parse_yaml
+    from mf_memopt.document.source import parse_yaml
     from mf_memopt.runtime.datacheck import run_check_data
 
     shards = _shards(tmp_path / "data")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mf_memopt.config.source import parse_yaml
+from mf_memopt.document.source import parse_yaml
 from mf_memopt.runtime.errors import LaunchError
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mf_memopt.config.source import load_source
+from mf_memopt.document.source import load_source
 from mf_memopt.estimate.memory import stage_parameters
 from mf_memopt.estimate.spec import ParallelSpec, read_spec
 from mf_memopt.models import family_of

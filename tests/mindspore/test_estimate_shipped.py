@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from mf_memopt.cli import main
-from mf_memopt.config.errors import ConfigError
-from mf_memopt.config.source import load_source, parse_yaml
+from mf_memopt.document.errors import ConfigError
+from mf_memopt.document.source import load_source, parse_yaml
 from mf_memopt.estimate import estimate_config
 from mf_memopt.estimate.budget import TEMPLATE_DEFAULT, device_budget
 from mf_memopt.estimate.memory import _backward_moment, shard_groups, stage_params

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from recorded_cases import plain
 
-from mf_memopt.config.source import load_source
+from mf_memopt.document.source import load_source
 
 
 def _files(root: Path, files: dict[str, str]) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mf_memopt import load_plan
-from mf_memopt.config.errors import ConfigError
+from mf_memopt.document.errors import ConfigError
 from mf_memopt.estimate import estimate_config
 from mf_memopt.estimate.memory import stage_parameters
 

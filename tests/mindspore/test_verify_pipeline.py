@@ -215,7 +215,7 @@ def test_interleaved_stages_with_offsets_and_the_mtp_layer_on_the_last(tmp_path)
 def test_verify_needs_a_device_on_this_node_for_every_rank(tmp_path, monkeypatch):
     from mindspore import hal
 
-    from mf_memopt.config.source import load_source
+    from mf_memopt.document.source import load_source
 
     config = _yaml(tmp_path, "671b.yaml", "deepseek3_tiny.yaml", parallel_config__data_parallel=4,
                    parallel_config__model_parallel=8, parallel_config__pipeline_stage=8)

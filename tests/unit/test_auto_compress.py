@@ -14,7 +14,7 @@ from mf_memopt.auto.choices import KEEP, Choice, choice_set
 from mf_memopt.auto.timing import GROUP, profile
 from mf_memopt.cli import main
 from mf_memopt.config.load import load_plan
-from mf_memopt.config.source import load_source
+from mf_memopt.document.source import load_source
 from mf_memopt.estimate import estimate_config
 from mf_memopt.models.llama import LLAMA
 

@@ -22,7 +22,7 @@ from mf_memopt.auto.planner import _Context
 from mf_memopt.auto.problem import stage_problems
 from mf_memopt.auto.writer import Assignment, sections
 from mf_memopt.config.load import load_plan, plan_source
-from mf_memopt.config.source import Source, parse_yaml
+from mf_memopt.document.source import Source, parse_yaml
 from mf_memopt.estimate import estimate_config
 from mf_memopt.estimate.core import _estimate
 from mf_memopt.estimate.spec import ParallelSpec

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from mf_memopt.config.source import parse_yaml
+from mf_memopt.document.source import parse_yaml
 from mf_memopt.estimate.budget import device_budget
 
 

@@ -18,9 +18,9 @@ from mf_memopt.compare import Comparison, compare_configs
 from mf_memopt.compare.configs import LossyUse, check_only_plan_changes, lossy_uses, with_lossy_uses
 from mf_memopt.compare.report import comparison_text
 from mf_memopt.compare.runs import Run, Step
-from mf_memopt.config.errors import ConfigError
+from mf_memopt.document.errors import ConfigError
 from mf_memopt.config.load import load_document, load_plan
-from mf_memopt.config.source import load_source
+from mf_memopt.document.source import load_source
 
 NAN, INF = float("nan"), float("inf")
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import yaml
 from mf_memopt import load_plan
 from mf_memopt.compress.methods import bits_per_element, stored_bytes
 from mf_memopt.config.load import plan_source
-from mf_memopt.config.source import parse_yaml
+from mf_memopt.document.source import parse_yaml
 from mf_memopt.estimate.core import estimate_config
 from mf_memopt.models.llama import LLAMA
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from mf_memopt.config.errors import ConfigError
+from mf_memopt.document.errors import ConfigError
 from mf_memopt.config.load import load_document
-from mf_memopt.config.source import parse_yaml
+from mf_memopt.document.source import parse_yaml
 from mf_memopt.runtime.data import token_spec
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from mf_memopt import ConfigError, load_plan
 from mf_memopt.config.load import plan_source
-from mf_memopt.config.source import parse_yaml
+from mf_memopt.document.source import parse_yaml
 
 LAYOUT = "model:\n  model_config:\n    num_layers: 4\n"
 SWAP_ON = "swap_config:\n  swap: true\n"

@@ -133,7 +133,7 @@ def test_auto_on_cpu_names_the_layers_it_cannot_plan(capsys):
 
 
 def test_auto_offers_the_shared_experts_where_the_model_has_them():
-    from mf_memopt.config.source import load_source
+    from mf_memopt.document.source import load_source
     from mf_memopt.models.mcore import MCORE
 
     assert r"mlp\.shared_experts" in MCORE.auto_cells_for(load_source(TINY)).select

@@ -16,7 +16,7 @@ import pytest
 
 from benchmarks.sweep import PINNED, PINNED_DATA, relative_error
 from mf_memopt.cli import main
-from mf_memopt.config.errors import ConfigError
+from mf_memopt.document.errors import ConfigError
 from mf_memopt.estimate import estimate_config
 from mf_memopt.estimate.measure import failure_summary
 

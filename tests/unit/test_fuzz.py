@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from mf_memopt import ConfigError, Plan, load_plan
-from mf_memopt.config.source import parse_yaml
+from mf_memopt.document.source import parse_yaml
 
 KEYS = ["recompute", "select_recompute", "select_comm_recompute", "select_recompute_exclude",
         "select_comm_recompute_exclude", "recompute_slice_activation", "mp_comm_recompute",

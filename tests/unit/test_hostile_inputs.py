@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from mf_memopt.cli import main
-from mf_memopt.config import patterns as pattern_rules
+from mf_memopt.document import patterns as pattern_rules
 
 LAYOUT = "model:\n  model_config:\n    num_layers: 4\n"
 MODEL = ("model:\n  model_config:\n    num_layers: 4\n    hidden_size: 64\n    num_heads: 4\n    vocab_size: 128\n"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mf_memopt import ConfigError, load_plan
-from mf_memopt.config.source import load_source
+from mf_memopt.document.source import load_source
 
 BASE = """\
 model:

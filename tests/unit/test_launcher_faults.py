@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from launching import TINY, launch
 
-from mf_memopt.config.source import parse_yaml
+from mf_memopt.document.source import parse_yaml
 from mf_memopt.models.llama.backend import backend_issues
 from mf_memopt.runtime.outputs import OutputError, check_output_dir, write_report
 

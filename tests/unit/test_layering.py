@@ -169,7 +169,7 @@ def test_the_floor_check_would_see_an_upward_import_inside_a_function():
     config_to_family = package_imports("from ..models.llama import LLAMA\n", "mf_memopt.config.load", False)
     assert [floor_of(target) for target in config_to_family] == [FAMILIES] and floor_of("mf_memopt.config.load") == 3
     assert package_imports("if TYPE_CHECKING:\n    from ..plan import Plan\n", "mf_memopt.models.family", False) == []
-    assert floor_of("mf_memopt.config.errors") == DOCUMENT and floor_of("mf_memopt.models.family") == SEAM
+    assert floor_of("mf_memopt.document.errors") == DOCUMENT and floor_of("mf_memopt.models.family") == SEAM
     assert floor_of("mf_memopt.compare.runs") == floor_of("mf_memopt.estimate.measure") == TOOLS
 
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from mf_memopt import load_plan
-from mf_memopt.config.errors import ConfigError
+from mf_memopt.document.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 QWEN3_MOE = ROOT / "configs" / "qwen3_moe_tiny.yaml"

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from mf_memopt import ConfigError
 from mf_memopt.auto.balance import _Pipeline, balance_plan
 from mf_memopt.cli import main
-from mf_memopt.config.source import parse_yaml
+from mf_memopt.document.source import parse_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 LLAMA = ROOT / "configs" / "planning" / "llama2_7b_swap_pp2.yaml"    # legacy, 2 stages, `offset: 0`

@@ -110,7 +110,8 @@ CONFIG = PACKAGE.parent / "configs" / "llama_tiny.yaml"
 @pytest.fixture
 def counted(monkeypatch):
     """How often each YAML file is read, and how often a family is chosen, while a test runs."""
-    from mf_memopt.config import load, source
+    from mf_memopt.config import load
+    from mf_memopt.document import source
 
     counts = {"reads": Counter(), "families": 0}
     read_bytes, family_of = source.read_bytes, load.family_of

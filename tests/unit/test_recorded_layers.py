@@ -8,7 +8,7 @@ import pytest
 from recorded_cases import LLAMA_CPU, model_yaml
 
 from mf_memopt import ConfigError, load_plan
-from mf_memopt.config.source import parse_yaml
+from mf_memopt.document.source import parse_yaml
 from mf_memopt.models.llama import LLAMA
 from mf_memopt.models.llama import layers as llama_layers
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.step_forms import FORMS
-from mf_memopt.config.source import Source, load_source
+from mf_memopt.document.source import Source, load_source
 from mf_memopt.estimate.step import step_form
 
 TEMPLATE = "MFTrainOneStepCell, clip-grad on, loss scale DynamicLossScaleUpdateCell"

@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ...config.errors import ConfigIssue
-from ...config.source import Source, issue_at
+from ...document.errors import ConfigIssue
+from ...document.source import Source, issue_at
 from .spec import DTYPE_KEYS, MODEL_CONFIG
 
 # key: (value CPU needs, value LlamaConfig takes when the key is absent, why)

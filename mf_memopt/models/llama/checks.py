@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...config.differences import OPTIONS, note
-from ...config.errors import ConfigIssue
-from ...config.source import KeyPath, Source
-from ...config.tree import RecordedCell
+from ...document.errors import ConfigIssue
+from ...document.source import KeyPath, Source
+from ...document.tree import RecordedCell
 from ..family import ConfigRules
 from .layers import layer_tree
 

@@ -17,7 +17,7 @@ from mindspore import nn
 from mindspore.common import dtype as mstype
 from mindspore.ops import operations as P
 
-from ...config.tree import children, join
+from ...document.tree import children, join
 
 MASK_VALUE = -10000.0  # what MindFormers' non-flash Llama attention adds to masked scores
 

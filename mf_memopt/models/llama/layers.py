@@ -17,8 +17,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ...config.source import Source
-from ...config.tree import RecordedCell
+from ...document.source import Source
+from ...document.tree import RecordedCell
 
 LAYERS = Path(__file__).with_name("layers.json")
 # model keys that change the layer's cells, and LlamaConfig's defaults for them
@@ -67,7 +67,7 @@ def record_variant(values: dict[str, bool]) -> dict:
     """Build a tiny LlamaForCausalLM with these structure keys and record its first decoder layer."""
     from mindformers.models.llama import LlamaConfig, LlamaForCausalLM
 
-    from ...config.tree import record
+    from ...document.tree import record
     from .compression import RECORDED_ATTRIBUTES
 
     model = LlamaForCausalLM(LlamaConfig(**_TINY, **values))

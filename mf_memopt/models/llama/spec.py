@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...config.errors import ConfigIssue
-from ...config.source import Source
+from ...document.errors import ConfigIssue
+from ...document.source import Source
 from ...estimate.spec import DTYPE_BYTES, ModelSpec, dtype_name, positive_int
 from ...estimate.step import step_form
 

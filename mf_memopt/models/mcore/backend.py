@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ...config.errors import ConfigIssue
-from ...config.source import Source, issue_at
+from ...document.errors import ConfigIssue
+from ...document.source import Source, issue_at
 from .keys import ARCHITECTURES, DTYPE_DEFAULTS, MODEL, SWAP_KEYS
 
 PLAN_MARKS = ("recompute", "recompute_comm_op", "offload", "backward_prefetch")   # what a memory plan sets

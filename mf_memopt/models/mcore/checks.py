@@ -6,9 +6,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ...config.differences import layers_text, note
-from ...config.errors import ConfigIssue
-from ...config.source import KeyPath, Source
-from ...config.tree import RecordedCell
+from ...document.errors import ConfigIssue
+from ...document.source import KeyPath, Source
+from ...document.tree import RecordedCell
 from ..family import AutoCells, ConfigRules
 from .keys import ARCHITECTURES, MODEL, architecture, mcore_view, model_value
 from .layers import layer_tree

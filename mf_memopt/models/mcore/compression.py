@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...config.tree import children, primitives, type_name
+from ...document.tree import children, primitives, type_name
 from ...estimate.inventory import ATTENTION_INPUT, ATTENTION_OUTPUT, MLP_DOWN_INPUT, MLP_GATE, MLP_GATE_EARLY, MLP_INPUT
 from ..compression import Compression, Target
 

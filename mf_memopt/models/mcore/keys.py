@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ...config.errors import ConfigIssue
-from ...config.source import KeyPath, Source, read_as
+from ...document.errors import ConfigIssue
+from ...document.source import KeyPath, Source, read_as
 
 MODEL: KeyPath = ("model", "model_config")
 SWAP_KEYS = ("swap", "layer_swap", "op_swap", "default_prefetch")
@@ -182,8 +182,8 @@ def _with_pretrained(source: Source, issues: list[ConfigIssue]) -> Source:
     import json
     from pathlib import Path
 
-    from ...config.errors import ConfigError
-    from ...config.reading import read_bytes
+    from ...document.errors import ConfigError
+    from ...document.reading import read_bytes
 
     directory = source.get(("pretrained_model_dir",))
     if not isinstance(directory, str) or not directory:

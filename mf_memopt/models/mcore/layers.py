@@ -19,8 +19,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ...config.source import Source
-from ...config.tree import RecordedCell
+from ...document.source import Source
+from ...document.tree import RecordedCell
 from .keys import ARCHITECTURES, architecture
 
 LAYERS = Path(__file__).with_name("layers.json")
@@ -53,7 +53,7 @@ def record_architecture(name: str) -> dict:
     from mindformers.models.build_model import build_network
     from mindformers.tools.register import MindFormerConfig
 
-    from ...config.tree import record
+    from ...document.tree import record
 
     arch = ARCHITECTURES[name]
     with tempfile.TemporaryDirectory(prefix="mf_memopt_record_") as tmp:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ...config.errors import ConfigIssue
-from ...config.source import Source
+from ...document.errors import ConfigIssue
+from ...document.source import Source
 from ..family import Backend, Cell, Estimator
 from . import backend, cpu_memory, inventory, spec
 

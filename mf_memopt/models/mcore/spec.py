@@ -6,8 +6,8 @@ TransformerConfig's dtype default (`keys.py`), so the estimate prices the model 
 
 from __future__ import annotations
 
-from ...config.errors import ConfigIssue
-from ...config.source import Source
+from ...document.errors import ConfigIssue
+from ...document.source import Source
 from ...estimate.spec import DTYPE_BYTES, ModelSpec, dtype_name, positive_int
 from ...estimate.step import step_form
 from .keys import DTYPE_DEFAULTS, MODEL, architecture, mcore_view, model_value
