@@ -61,7 +61,7 @@ def write_plans(names: list[str], work: Path) -> list[Path]:
 def run_race(race: str, steps: int, root: Path) -> None:
     from mf_memopt.auto.race import paired_ratio, step_times
     from mf_memopt.compress.choice import choose_codec
-    from mf_memopt.runner import race_child
+    from mf_memopt.runs.runner import race_child
 
     codec, names = RACES[race]
     work = root / race

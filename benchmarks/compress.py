@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 
 from benchmarks.common import load_note, print_table, ratio
-from mf_memopt.estimate.measure import CPU_PEAK
+from mf_memopt.runs.measure import CPU_PEAK
 
 REPO = Path(__file__).resolve().parent.parent
 MLP = r"feed_forward\.(w1|w2|w3)"

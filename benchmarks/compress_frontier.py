@@ -100,7 +100,7 @@ def races(names: list[str], size: int) -> list[list[str]]:
 
 
 def measure_width(width: int, state: dict, steps: int, save) -> None:
-    from mf_memopt.estimate.measure import measure_peak
+    from mf_memopt.runs.measure import measure_peak
 
     results = state.setdefault(str(width), {})
     with tempfile.TemporaryDirectory(prefix=f"mf_memopt_frontier_{width}_") as tmp:
@@ -120,7 +120,7 @@ def race_all(width: int, results: dict, steps: int, work: Path, save) -> None:
     """Race every plan without a ratio yet, RACE_SIZE[width] plans a race; a race killed for memory (SIGKILL) makes
     the races one plan smaller, down to keep and one plan."""
     from mf_memopt.auto.race import paired_ratio, step_times
-    from mf_memopt.runner import ChildKilled, race_child
+    from mf_memopt.runs.runner import ChildKilled, race_child
 
     size, number = RACE_SIZE[width], 0
     while missing := [name for name in PLANS if name != "keep" and "ratio" not in results[name]]:

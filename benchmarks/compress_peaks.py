@@ -20,7 +20,7 @@ import yaml
 from step_forms import MODELS, _print, config_for
 
 from mf_memopt.estimate import estimate_config
-from mf_memopt.estimate.measure import measure_peak
+from mf_memopt.runs.measure import measure_peak
 
 MiB = 2**20
 FORM = "dynamic scale, clip"

@@ -20,8 +20,8 @@ from typing import Any
 import yaml
 
 from benchmarks.common import load_note, print_table, ratio
-from mf_memopt.estimate.measure import CPU_PEAK
-from mf_memopt.runner import ChildFailed, train
+from mf_memopt.runs.measure import CPU_PEAK
+from mf_memopt.runs.runner import ChildFailed, train
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO / "configs" / "llama_tiny.yaml"

@@ -53,7 +53,7 @@ def grouped(peak) -> list[tuple[int, int, str]]:
 def trace(config: Path, log: Path) -> None:
     """Train `config` one step as `estimate --measure` does (the package's one child runner), with the allocation
     log on, into `log`."""
-    from mf_memopt.runner import ChildFailed, train, yaml_dataset
+    from mf_memopt.runs.runner import ChildFailed, train, yaml_dataset
 
     with tempfile.TemporaryDirectory(prefix="mf_memopt_trace_") as tmp:
         work = Path(tmp)

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mf_memopt.estimate import estimate_config  # noqa: E402
-from mf_memopt.estimate.measure import measure_peak  # noqa: E402
+from mf_memopt.runs.measure import measure_peak  # noqa: E402
 
 MiB = 2**20
 

@@ -330,7 +330,7 @@ def measure(only: list[str] | None = None, *, pinned: bool = False, which: str =
 def record_peaks(configs: list[Any], target: Path, *, only: list[str] | None, exact: bool, command: str) -> None:
     """Train each config (anything with `name`, `half`, `dtype`, `recompute`, `model`, `step` and `write`) one
     step and record its pool peak in `target`; the file says `command` regenerates it."""
-    from mf_memopt.estimate.measure import MeasureError, measure_peak
+    from mf_memopt.runs.measure import MeasureError, measure_peak
 
     data = _load(target)
     entries = {entry["name"]: entry for entry in data.get("configs", [])}
@@ -464,7 +464,7 @@ def _summary(label: str, errors: list[float]) -> str:
 
 def reading_middle(measured_mib: float) -> float:
     """The middle of what a printed pool peak stands for: m MiB means [m, m + 1) (whole MiB, cut down)."""
-    from mf_memopt.estimate.measure import CPU_READING_STEP, reading_center
+    from mf_memopt.runs.measure import CPU_READING_STEP, reading_center
 
     return reading_center(round(measured_mib * CPU_READING_STEP)) / CPU_READING_STEP
 
@@ -484,7 +484,7 @@ def shipped(remeasure: bool = False) -> float:
     """`estimate --measure` on every trainable shipped config (configs/*.yaml): one training step each,
     the pool peak recorded in benchmarks/data/shipped_peaks.json; returns the worst error."""
     from benchmarks.common import print_table
-    from mf_memopt.estimate.measure import MeasureError, measure_peak
+    from mf_memopt.runs.measure import MeasureError, measure_peak
 
     configs = sorted((REPO / "configs").glob("*.yaml"))
     data = _load(SHIPPED_DATA)

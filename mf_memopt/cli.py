@@ -11,12 +11,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .child import Stopped
 from .config.load import load_document, load_plan
 from .config.plan import Plan
 from .config.render import formative_lines, layer_table, summary
 from .document.errors import ConfigError
 from .estimate.transfer import DEFAULT_HOST_GBPS, DEFAULT_TFLOPS
+from .runtime.child import Stopped
 from .runtime.errors import LaunchError
 
 SCRIPT = "mf-memopt"                # the console script (pyproject.toml, [project.scripts])
@@ -326,7 +326,7 @@ def _estimate(args: argparse.Namespace) -> int:
         print("--exact refines --measure: add --measure", file=sys.stderr)
         return 2
     if args.measure:
-        from .estimate.check import measure_and_compare
+        from .runs.check import measure_and_compare
 
         return measure_and_compare(args.config, runtime=args.runtime, hardware=hardware, steps=args.steps,
                                    as_json=args.json, exact=args.exact)
@@ -357,7 +357,7 @@ def _auto(args: argparse.Namespace) -> int:
         timed_json,
     )
     from .estimate import Hardware
-    from .estimate.measure import MeasureError
+    from .runs.measure import MeasureError
 
     if args.device_memory is None and args.runtime == "cpu":
         print("auto: --runtime cpu needs --device-memory (the memory-pool budget; the YAML's max_device_memory is an "

@@ -137,6 +137,7 @@ def build(data: dict, *, ours: bool):
     from mindformers.models.build_model import build_network
     from mindformers.tools.register import MindFormerConfig
 
+    from mf_memopt.apply.family import backend_of
     from mf_memopt.models.mcore import MCORE
 
     from mindformers.core.context.build_context import MFContextOperator
@@ -147,7 +148,7 @@ def build(data: dict, *, ours: bool):
     # test's would read that test's use_legacy (and build no mcore model)
     MFContextOperator.get_mf_ctx_instance().set_context(use_legacy=data.get("use_legacy", True))
     if ours:
-        MCORE.prepare_build(config, "CPU", logging.getLogger("differential").info)
+        backend_of(MCORE).prepare_build(config, "CPU", logging.getLogger("differential").info)
     build_parallel_config(config)
     network = build_network(config.model, default_args={"parallel_config": config.parallel_config,
                                                         "moe_config": config.moe_config})

@@ -21,6 +21,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from mf_memopt.apply.family import backend_of
 
 
 class CompileReached(Exception):
@@ -50,7 +51,7 @@ def main(config: str, out: str) -> int:
     report_path.write_text(session.report.to_json() + "\n")
     run, mf_config = session.run, session.config
     layers = find_layers(session.network, plan)
-    followers = plan.family.follower_layers(session.network)          # the MTP layers
+    followers = backend_of(plan.family).follower_layers(session.network)          # the MTP layers
     seen: dict = {}
 
     def compile_entry(self, obj, *args, **kwargs):

@@ -24,6 +24,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from mf_memopt.apply.family import backend_of
 
 os.environ.setdefault("GLOG_v", "3")
 ROOT = Path(__file__).resolve().parents[1]
@@ -163,7 +164,7 @@ def build(data: dict, *, ours: bool):
     config = _config(data)
     if ours:
         family = MCORE if data.get("use_legacy") is False else LLAMA
-        family.prepare_build(config, "CPU", logging.getLogger("twins").info)
+        backend_of(family).prepare_build(config, "CPU", logging.getLogger("twins").info)
     build_parallel_config(config)
     return build_network(config.model, default_args={"parallel_config": config.parallel_config,
                                                      "moe_config": config.moe_config})

@@ -1,6 +1,6 @@
 """The few things mf_memopt does to MindSpore cells and primitives, in one place.
 
-Cells are walked as trees (`config.tree`: `_cells` and `_primitives` only). Tests pass fake
+Cells are walked as trees (`document.tree`: `_cells` and `_primitives` only). Tests pass fake
 cells that offer the same attributes.
 """
 

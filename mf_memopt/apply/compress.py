@@ -5,8 +5,8 @@ from __future__ import annotations
 import zlib
 
 from ..compress.choice import CodecChoice, choose_codec
+from ..compress.family import Compression
 from ..config.compress_actions import CompressAction
-from ..models.compression import Compression
 from . import cells
 
 

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..compress.family import compression_of
 from ..config.actions import Action, LayerActions, Skip, layer_actions
 from ..config.compress_actions import CompressAction, compress_actions
 from ..config.match import NO_MATCH, merge_layers
@@ -25,6 +26,7 @@ from ..config.render import formative_lines
 from ..document.errors import ConfigError, ConfigIssue, key_path
 from . import cells
 from .compress import codec_for, compress_line, install
+from .family import backend_of
 from .logs import LOGGER, layer_lines
 
 CPU_OFFLOAD_NOTE = ("Offload attributes are recorded in the compiled graph, but only the Ascend backend moves "
@@ -58,7 +60,7 @@ def apply_plan(plan: Plan, model_or_layers: Any, *, device_target: str | None = 
     layers = find_layers(model_or_layers, plan)
     issues: list[ConfigIssue] = []
     family = plan.family
-    followers = [] if isinstance(model_or_layers, Sequence) else family.follower_layers(model_or_layers)
+    followers = [] if isinstance(model_or_layers, Sequence) else backend_of(family).follower_layers(model_or_layers)
     per_layer = [layer_actions(layer_plan, layer, plan.rules.options, family, plan.file, issues)
                  for layer_plan, layer in zip(plan.layers, layers)]
     # the MTP layers take the last layer's plan; a pattern naming nothing there is not an issue (`_follow`)
@@ -66,7 +68,7 @@ def apply_plan(plan: Plan, model_or_layers: Any, *, device_target: str | None = 
                  for follower in followers]
     issues = _where_layers_differ(issues, per_layer + following)
     issues += _shared_marks(per_layer + following, layers + followers, plan.file)
-    compression = family.compression if any(layer_plan.op_compress for layer_plan in plan.layers) else None
+    compression = compression_of(family) if any(layer_plan.op_compress for layer_plan in plan.layers) else None
     compressed = [compress_actions(layer_plan.op_compress, layer_plan.layer, layer, compression, plan.file, issues)
                   if layer_plan.op_compress else [] for layer_plan, layer in zip(plan.layers, layers)]
     if any(issue.severity == "error" for issue in issues):
@@ -161,7 +163,7 @@ def find_layers(model_or_layers: Any, plan: Plan) -> list[Any]:
     if isinstance(model_or_layers, Sequence):
         layers = list(model_or_layers)
     else:
-        layers = plan.family.decoder_layers(model_or_layers)
+        layers = backend_of(plan.family).decoder_layers(model_or_layers)
         if layers is None:
             raise ConfigError([ConfigIssue(
                 file=plan.file, line=None, path="model",

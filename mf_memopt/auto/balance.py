@@ -40,14 +40,16 @@ from pathlib import Path
 
 import numpy as np
 
+from ..config.family_rules import auto_cells_for
 from ..config.layout import Layout
 from ..config.load import Document, load_document
 from ..document.errors import ConfigIssue, raise_if_errors
 from ..document.source import Source
 from ..estimate.budget import device_budget
 from ..estimate.core import Estimate
+from ..estimate.family import estimator_of, read_spec
 from ..estimate.memory import StageParams, ascend_moments, in_flight, stage_params
-from ..estimate.spec import ModelSpec, ParallelSpec, read_spec
+from ..estimate.spec import ModelSpec, ParallelSpec
 from ..estimate.transfer import Hardware
 from .choices import Choice, choice_set, footprints
 from .limits import AWAY, synthetic_layer
@@ -320,7 +322,7 @@ class _Pipeline:
         raise_if_errors(issues)
         model, parallel, optimizer = spec
         family = plan.family
-        choices = choice_set(family.auto_cells_for(source), swap=True,
+        choices = choice_set(auto_cells_for(family, source), swap=True,
                              full=parallel.seq_split == 1)   # MindFormers refuses full recompute under seq pipe
         kinds = [_kind(kind, choices, family, parallel, hardware, index,
                        communication(plan, kind, parallel, "ascend"))
@@ -548,8 +550,9 @@ class _Layout:
 def _kind(kind: ModelSpec, choices: tuple[Choice, ...], family, parallel: ParallelSpec, hardware: Hardware,
           index: int, kept_communication: list) -> _Kind:
     """A layer kind's footprint under every choice, from the estimator's own functions (`choices.footprints`)."""
-    ops = family.layer_ops(kind, parallel)
-    prints = footprints(choices, family.inventory(kind, parallel, "ascend"), ops, family, kept_communication)
+    estimator = estimator_of(family)
+    ops = estimator.layer_ops(kind, parallel)
+    prints = footprints(choices, estimator.inventory(kind, parallel, "ascend"), ops, family, kept_communication)
     forward = hardware.seconds(sum(op.flops for op in ops))
     # a swap needs some layer after it (`hidden_prefetch`); one whose release takes a whole layer's forward needs two
     allowed = tuple(not p.choice.swaps or (p.swapped > 0 and hidden_prefetch(

@@ -13,12 +13,13 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from ..compress.family import compression_of
 from ..config.plan import CompressUse, LayerPlan, SwapUse, Use
 from ..config.rules import Origin
 from ..estimate.compress import compress_effect
 from ..estimate.effects import LayerEffect, layer_effect, with_kept_communication
 from ..estimate.inventory import Op, Saved
-from ..models.family import AutoCells, ModelFamily
+from ..family import AutoCells, ModelFamily
 
 FULL = "full"
 
@@ -143,7 +144,7 @@ def footprints(choices: tuple[Choice, ...], inventory: list[Saved], ops: list[Op
         if choice.full and communication:
             effect = with_kept_communication(effect, list(communication))
         if choice.compress:
-            effect = compress_effect(plan, effect, family.compression, element_bytes, model)
+            effect = compress_effect(plan, effect, compression_of(family), element_bytes, model)
         rebuilt = any(item.fate == "recomputed" and item.saved.path.startswith(family.auto_cells.attention_prefix)
                       for item in effect.tensors)
         prints.append(Footprint(choice=choice, effect=effect, attention_rebuilt=rebuilt))

@@ -27,11 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..estimate.effects import LayerEffect, TensorFate
+from ..estimate.family import cpu_pool_peak, estimator_of
 from ..estimate.inventory import Saved
-from ..estimate.memory import StageParams, ascend_peak, cpu_pool_peak
+from ..estimate.memory import StageParams, ascend_peak
 from ..estimate.spec import ModelSpec, OptimizerSpec, ParallelSpec
 from ..estimate.transfer import LayerTransfer
-from ..models.family import ModelFamily
+from ..family import ModelFamily
 
 INFINITE = float("inf")
 
@@ -104,7 +105,7 @@ Key = tuple[str, int | None]
 
 def _checkpoints(family: ModelFamily, model: ModelSpec, effects: list[LayerEffect]) -> dict[Key, int]:
     """The estimator's cpu checkpoints by (kind, layer index or None)."""
-    return {candidate.key: candidate.peak for candidate in family.cpu_checkpoints(model, effects)}
+    return {candidate.key: candidate.peak for candidate in estimator_of(family).cpu_checkpoints(model, effects)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

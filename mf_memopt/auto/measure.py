@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config.load import Document
-from ..estimate.measure import CPU_READING_STEP, measure_peak
+from ..runs.measure import CPU_READING_STEP, measure_peak
 from . import race as racing
 from .planner import AutoPlan, InfeasibleBudget
 from .timing import load_average

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..config.family_rules import auto_cells_for
 from ..config.load import Document, load_document
 from ..config.plan import Plan
 from ..document.errors import ConfigIssue, raise_if_errors
@@ -38,9 +39,10 @@ from ..document.inherit import BASE_CONFIG
 from ..document.source import Source, parse_yaml
 from ..estimate.budget import device_budget
 from ..estimate.core import Estimate, estimate_source
-from ..estimate.spec import ModelSpec, read_spec
+from ..estimate.family import read_spec
+from ..estimate.spec import ModelSpec
 from ..estimate.transfer import Hardware
-from ..models.family import AutoCells
+from ..family import AutoCells
 from .choices import KEEP, METHODS, Choice, choice_set
 from .limits import PlannerMismatch
 from .problem import StageProblem, stage_problems
@@ -265,7 +267,7 @@ class _Context:
             issues += _cpu_layer_kind_issues(source, plan, spec[0])
         raise_if_errors(issues)
         return cls(source=source, plan=plan, spec=spec, runtime=runtime, hardware=hardware, text=text,
-                   output_name=output_name, cells=plan.family.auto_cells_for(source))
+                   output_name=output_name, cells=auto_cells_for(plan.family, source))
 
     def stage_problems(self, choices: list[Choice]) -> list[StageProblem]:
         key = tuple(choices)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 from ..config.plan import Plan
 from ..estimate.effects import keeps_communication
+from ..estimate.family import estimator_of
 from ..estimate.memory import in_flight, stage_params
 from ..estimate.spec import ModelSpec, OptimizerSpec, ParallelSpec
 from ..estimate.transfer import Hardware
@@ -32,8 +33,9 @@ def stage_problems(plan: Plan, spec: tuple[ModelSpec, ParallelSpec, OptimizerSpe
     step instead of its recompute FLOPs at the hardware's throughput."""
     model, parallel, optimizer = spec
     family = plan.family
-    ops = {kind: family.layer_ops(kind, parallel) for kind in model.layer_kinds}
-    kinds = {kind: footprints(choices, family.inventory(kind, parallel, runtime), ops[kind], family,
+    estimator = estimator_of(family)
+    ops = {kind: estimator.layer_ops(kind, parallel) for kind in model.layer_kinds}
+    kinds = {kind: footprints(choices, estimator.inventory(kind, parallel, runtime), ops[kind], family,
                               communication(plan, kind, parallel, runtime), model=kind,
                               element_bytes=saved_element(kind, runtime))
              for kind in model.layer_kinds}
@@ -83,8 +85,9 @@ def _mtp_prints(plan: Plan, model: ModelSpec, parallel: ParallelSpec, choices: t
     if not model.mtp_layers:
         return None
     family = plan.family
-    ops = family.mtp_ops(model, parallel)
-    prints = footprints(choices, family.mtp_inventory(model, parallel, runtime), ops, family,
+    estimator = estimator_of(family)
+    ops = estimator.mtp_ops(model, parallel)
+    prints = footprints(choices, estimator.mtp_inventory(model, parallel, runtime), ops, family,
                         communication(plan, model, parallel, runtime), model=model,
                         element_bytes=saved_element(model, runtime))
     return ({footprint.choice: _times(footprint, model.mtp_layers) for footprint in prints},
@@ -101,7 +104,7 @@ def communication(plan: Plan, kind: ModelSpec, parallel: ParallelSpec, runtime: 
     it for the plan's options (the written YAML keeps `mp_comm_recompute` as it was)."""
     if not keeps_communication(plan.rules.options.mp_comm_recompute, parallel, runtime):
         return []
-    return plan.family.kept_communication(kind, parallel)
+    return estimator_of(plan.family).kept_communication(kind, parallel)
 
 
 def _times(footprint: Footprint, count: int) -> Footprint:

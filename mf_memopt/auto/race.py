@@ -30,7 +30,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..estimate.measure import MeasureError
+from ..runs.measure import MeasureError
 
 STEPS = 40                  # steps of each plan in a race (35 timed: the median of 25 was good to about 1.5%)
 WARMUP = 5                  # the first steps of each plan are not timed: the compile, then the process settling
@@ -64,7 +64,7 @@ def race(configs: Sequence[Path], work: Path, steps: int = STEPS, timeout: float
          rotate: bool = True) -> list[tuple[float, ...]]:
     """Race `configs` (YAML files) in one child process; each one's timed step seconds, in the order given. With
     `rotate` False every step runs them in the order given (`benchmarks/race_positions.py` measures the difference)."""
-    from ..runner import ChildFailed, ChildKilled, race_child
+    from ..runs.runner import ChildFailed, ChildKilled, race_child
 
     work.mkdir(parents=True, exist_ok=True)
     try:
@@ -150,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--fixed-order", action="store_true", help="run the plans in the order given every step")
     args = parser.parse_args(argv)
     from ..config.load import load_document
-    from ..runner import yaml_dataset
+    from ..runs.runner import yaml_dataset
 
     cells = []
     for index, config in enumerate(args.configs):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config.layout import Layout
-from ..models.family import AutoCells
+from ..family import AutoCells
 from .choices import FULL, Choice
 
 HEADER_MARK = "# mf_memopt auto:"

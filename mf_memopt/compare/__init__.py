@@ -195,7 +195,7 @@ def compare_configs(base: str | Path, candidate: str | Path, *, steps: int, runt
 def _runtime(source: Source, asked: str | None = None) -> str:
     """The runtime of the base's device (`config.device`: ascend when context.device_target is not set), where both
     runs train whatever `--runtime` says: `asked` naming another is a `ConfigError` at that key, before any training
-    (as `estimate --measure` refuses it: `estimate/measure.py`)."""
+    (as `estimate --measure` refuses it: `runs/measure.py`)."""
     device = device_of(source)
     if asked is not None and asked != device.runtime:
         target = "CPU" if asked == "cpu" else "Ascend"

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..runner import ChildFailed, train
+from ..runs.runner import ChildFailed, train
 
 RunFailed = ChildFailed
 """A training child failed or wrote no record (the runner's one error)."""

@@ -15,7 +15,8 @@ from typing import Any, Literal
 
 from ..document import tree as cells
 from ..document.errors import ConfigIssue
-from ..models.family import ModelFamily
+from ..family import ModelFamily
+from .family_rules import rules_of
 from .match import Match, Where, matches_or_issue, primitives_only
 from .plan import LayerPlan, SwapUse, Use
 from .rules import Kind, Origin, RecomputeOptions
@@ -79,7 +80,7 @@ def layer_actions(plan: LayerPlan, layer: Any, options: RecomputeOptions, family
             matches = _matches(family, layer, plan.layer, use.pattern, use.origin, file,
                                missed if use.default else issues)
             defaults_match |= use.default and bool(matches)
-            note = family.default_note(use.pattern) if use.default and matches else None
+            note = rules_of(family).default_note(use.pattern) if use.default and matches else None
             if note:
                 issues.append(Where(file, use.origin).issue(f"in layer {plan.layer}, MindFormers' default pattern "
                                                             f"`{use.pattern}` {note}", None, severity="warning"))
@@ -115,7 +116,7 @@ def _final_settings(actions: list[Action]) -> list[Action]:
 
 def _matches(family: ModelFamily, layer: Any, index: int, pattern: str, origin: Origin, file: str,
              issues: list[ConfigIssue]) -> list[Match]:
-    return matches_or_issue(layer, index, pattern, Where(file, origin), issues, family.pattern_hint)
+    return matches_or_issue(layer, index, pattern, Where(file, origin), issues, rules_of(family).pattern_hint)
 
 
 def _recompute_actions(kind: Kind, index: int, use: Use, matches: list[Match]) -> list[Action]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from ..document.errors import ConfigIssue, did_you_mean
 from ..document.source import KeyPath, Source
-from ..models.family import ModelFamily
+from ..family import ModelFamily
+from .family_rules import rules_of
 
 _SECTIONS = ("recompute_config", "swap_config")
 _GRAPH_MODES = (0, "GRAPH_MODE")
@@ -15,7 +16,7 @@ def context_issues(source: Source, family: ModelFamily) -> list[ConfigIssue]:
     issues = _misspelt_sections(source)
     if source.get(("swap_config", "swap")) is True:
         issues += _swap_constraints(source)
-        issues += family.swap_scope_issues(source)
+        issues += rules_of(family).swap_scope_issues(source)
     return issues
 
 

@@ -5,7 +5,7 @@ go to `issues`), on the built layer (then `apply` installs the replacements) or 
 recorded layer (`validate`).
 
 Rules decided here, on the real cells, with the model family's compression targets
-(`models.compression`):
+(`compress.family`):
 
 * quantised methods replace the cells the family can quantise by its compressed cells;
 * `lossless` applies where the family can rebuild the input exactly; elsewhere no lossless
@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..compress.family import Compression
 from ..document import tree as cells
 from ..document.errors import ConfigIssue
-from ..models.compression import Compression
 from .match import Where, cells_only, matches_or_issue
 from .plan import CompressUse
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ..document.errors import ConfigIssue
 from ..document.source import KeyPath, Source
+from .family_rules import rules_of
 from .plan import Plan
 
 OPTIONS = ("recompute_config",)
@@ -39,7 +40,7 @@ TP = ("parallel_config", "model_parallel")
 
 def differences(source: Source, plan: Plan) -> list[ConfigIssue]:
     """One note per documented difference from MindFormers' marks that `plan` meets."""
-    return [*_option_notes(source, plan), *plan.family.model_notes(source, plan)]
+    return [*_option_notes(source, plan), *rules_of(plan.family).model_notes(source, plan)]
 
 
 def _option_notes(source: Source, plan: Plan) -> list[ConfigIssue]:

@@ -21,7 +21,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ..document.patterns import covers
-from ..models.family import ModelFamily
+from ..family import ModelFamily
 from .layout import Layout
 from .plan import CompressUse, Conflict, Effect, LayerPlan, Party, Plan, SwapUse, Use
 from .rules import Kind, Rules

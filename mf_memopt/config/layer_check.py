@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from ..compress.family import compression_of
 from ..document.errors import ConfigIssue
 from .actions import layer_actions
 from .compress_actions import compress_actions
@@ -40,5 +41,5 @@ def _issues(plan: Plan, layer: LayerPlan, tree: Any) -> list[ConfigIssue]:
     issues: list[ConfigIssue] = []
     layer_actions(layer, tree, plan.rules.options, plan.family, plan.file, issues)
     if layer.op_compress:
-        compress_actions(layer.op_compress, layer.layer, tree, plan.family.compression, plan.file, issues)
+        compress_actions(layer.op_compress, layer.layer, tree, compression_of(plan.family), plan.file, issues)
     return issues

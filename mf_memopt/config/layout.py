@@ -16,7 +16,7 @@ from typing import Any
 
 from ..document.errors import ConfigIssue, key_path
 from ..document.source import KeyPath, Source
-from ..models.family import ModelKeys
+from ..family import ModelKeys
 
 PIPELINE_STAGE: KeyPath = ("parallel_config", "pipeline_stage")
 PIPELINE_CONFIG: KeyPath = ("parallel", "pipeline_config")

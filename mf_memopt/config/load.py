@@ -15,11 +15,11 @@ from typing import Any
 
 from ..document.errors import ConfigError, ConfigIssue, key_path, raise_if_errors, unique
 from ..document.source import KeyPath, Source, load_source
-from ..models import family_of
-from ..models.family import ModelFamily
+from ..family import ModelFamily, family_of
 from .checks import context_issues
 from .device import device_issues
 from .differences import differences
+from .family_rules import rules_of
 from .interactions import resolve
 from .layer_check import layer_issues
 from .layout import PIPELINE_STAGE, Layout, integral_offsets, layout_from
@@ -72,7 +72,7 @@ def read_document(source: Source) -> Document:
     """The document of a YAML already read: its family (the only place it is chosen), the family's view of it,
     and its plan or the issues that stop it."""
     family = family_of(source)
-    view, spelling = family.view(source)
+    view, spelling = rules_of(family).view(source)
     document = Document(source=source, family=family, view=view, spelling=tuple(spelling))
     try:
         return replace(document, plan=_plan(document))
@@ -111,14 +111,14 @@ def _plan(document: Document) -> Plan:
     layout = None if any(blocked(path) for path in layout_keys) else layout_from(source, keys, issues)
     issues += context_issues(source, family)
     issues += device_issues(source)
-    issues += family.model_issues(source)
+    issues += rules_of(family).model_issues(source)
     rules = normalise(source, layout, family, issues, blocked) if layout is not None else None
     issues = unique(issues)
     raise_if_errors(issues)
     assert layout is not None and rules is not None  # every path that yields None reports an error
     warnings = [issue for issue in issues if issue.severity == "warning"]
     plan = resolve(rules, layout, family=family, file=source.file, warnings=warnings)
-    tree = family.layer_tree(source)
+    tree = rules_of(family).layer_tree(source)
     if tree is not None:
         found = unique(layer_issues(plan, tree))
         raise_if_errors(found)

@@ -114,7 +114,7 @@ def primitives_only(matches: list[Match], setting: str, index: int, pattern: str
                     issues: list[ConfigIssue]) -> list[Match]:
     """The primitives among `matches`; an issue when the pattern names only cells but `setting` marks operators.
 
-    A CPU stand-in (`models/mcore/cpu_kernels.StandIn`) is a cell in the place of a primitive, under its name: it
+    A CPU stand-in (`models/mcore/stand_in.StandIn`) is a cell in the place of a primitive, under its name: it
     counts as that primitive, so that a pattern `validate` accepts on the model as Ascend builds it is not refused
     when the model runs on CPU."""
     found = [Match(match.path, "primitive", match.obj) if _stands_in(match) else match for match in matches

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from ..document.errors import ConfigIssue
 from ..document.source import KeyPath, Source
-from ..models.family import ModelFamily
+from ..family import ModelFamily
 from .compress import compress_rules
 from .layout import Layout
 from .reader import SectionReader

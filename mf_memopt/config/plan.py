@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..document.errors import ConfigIssue
-from ..models.family import ModelFamily
+from ..family import ModelFamily
 from .layout import Layout
 from .rules import Kind, Origin, Prefetch, Rules
 

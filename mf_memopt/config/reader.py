@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from ..document.errors import ConfigIssue, key_path
 from ..document.patterns import check_pattern
 from ..document.source import KeyPath, Source
-from ..models.family import ModelFamily
+from ..family import ModelFamily
 from .forms import layer_indices, select_layers
 from .layout import Layout
 from .rules import Origin

@@ -19,8 +19,7 @@ from jsonschema.validators import extend
 
 from ..document.errors import ConfigIssue, did_you_mean, shown, unique
 from ..document.source import Source
-from ..models import families
-from ..models.family import ModelFamily
+from ..family import ModelFamily, families
 
 SCHEMA_NAMES = ("training_layout", "recompute_config", "swap_config", "compress_config")   # every family's
 _SHAPE_VALIDATORS = {"type", "const", "enum"}

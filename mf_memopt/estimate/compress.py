@@ -3,7 +3,7 @@
 A Linear cell's weight gradient reads its input; `op_compress` keeps that input as a
 compressed copy (see mf_memopt/compress). The full-precision tensor is freed only when
 every backward reader reads a compressed copy. The family names its compressible cells
-(`models.compression.Target`): each one frees the inventory tensor of its `frees` role,
+(`compress.family.Target`): each one frees the inventory tensor of its `frees` role,
 matched by role (never by the tensor's display text, which changes with the dtypes):
 
 * a cell with a lossless rebuild stores nothing under `lossless` (its input is rebuilt from
@@ -40,7 +40,7 @@ from .effects import LayerEffect, TensorFate
 from .inventory import FP32
 
 if TYPE_CHECKING:
-    from ..models.compression import Compression, Target
+    from ..compress.family import Compression, Target
 
 QUANTISE_OPS, DEQUANTISE_OPS = 12, 6
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from ..compress.family import compression_of
 from ..config.load import Document, load_document
 from ..config.plan import LayerPlan, Plan
 from ..document.errors import ConfigIssue, raise_if_errors
@@ -12,8 +13,9 @@ from ..document.source import Source
 from .budget import device_budget
 from .compress import compress_effect
 from .effects import LayerEffect, keeps_communication, layer_effect, with_kept_communication
-from .memory import StagePeak, ascend_peak, cpu_pool_peak, in_flight, seqpipe_note, stage_params
-from .spec import ModelSpec, OptimizerSpec, ParallelSpec, read_spec
+from .family import cpu_pool_peak, estimator_of, read_spec
+from .memory import StagePeak, ascend_peak, in_flight, seqpipe_note, stage_params
+from .spec import ModelSpec, OptimizerSpec, ParallelSpec
 from .step import StepForm, step_form
 from .transfer import UNSOURCED, Hardware, LayerTransfer, swap_timeline
 from .versions import runtime_version_notes
@@ -128,8 +130,9 @@ def estimate_source(config: Source | Document, *, runtime: str = "ascend", hardw
 def _estimate(plan: Plan, model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSpec, *, runtime: str,
               hardware: Hardware) -> Estimate:
     family = plan.family
+    estimator = estimator_of(family)
     element_bytes = 4 if runtime == "cpu" else model.compute_bytes
-    compression = family.compression if any(layer.op_compress for layer in plan.layers) else None
+    compression = compression_of(family) if any(layer.op_compress for layer in plan.layers) else None
     keeps = keeps_communication(plan.rules.options.mp_comm_recompute, parallel, runtime)
 
     def effect_of(layer: LayerPlan, inventory: list, ops: list, kind: ModelSpec) -> tuple[LayerEffect, int]:
@@ -137,17 +140,17 @@ def _estimate(plan: Plan, model: ModelSpec, parallel: ParallelSpec, optimizer: O
         effect = compress_effect(layer, layer_effect(layer, inventory, ops, family.cell_outputs,
                                                      family.primitive_recompute), compression, element_bytes, model)
         if keeps and layer.full_recompute is not None:
-            effect = with_kept_communication(effect, family.kept_communication(kind, parallel))
+            effect = with_kept_communication(effect, estimator.kept_communication(kind, parallel))
         return effect, sum(op.flops for op in ops)
 
-    kinds = {kind: (family.inventory(kind, parallel, runtime), family.layer_ops(kind, parallel))
+    kinds = {kind: (estimator.inventory(kind, parallel, runtime), estimator.layer_ops(kind, parallel))
              for kind in model.layer_kinds}
     units = {layer.layer: effect_of(layer, *kinds[model.layer_model(layer.layer)], model.layer_model(layer.layer))
              for layer in plan.layers}
     if model.mtp_layers:
         # MindFormers gives each MTP layer the last decoder layer's id: its stage and plan
         last = plan.layers[-1]
-        inventory, ops = family.mtp_inventory(model, parallel, runtime), family.mtp_ops(model, parallel)
+        inventory, ops = estimator.mtp_inventory(model, parallel, runtime), estimator.mtp_ops(model, parallel)
         for index in range(model.mtp_layers):
             follower = replace(last, layer=plan.num_layers + index)
             units[follower.layer] = effect_of(follower, inventory, ops, model)
@@ -166,7 +169,7 @@ def _estimate(plan: Plan, model: ModelSpec, parallel: ParallelSpec, optimizer: O
                              sum(flops)))
     notes = sorted({note for effect, _ in units.values() for note in effect.notes})
     if runtime == "cpu":
-        notes += runtime_version_notes(family.cpu_measured_on)
+        notes += runtime_version_notes(estimator.cpu_measured_on)
     elif seqpipe_note(parallel):
         notes.append(seqpipe_note(parallel))
     return Estimate(config=plan.file, runtime=runtime, hardware=hardware, model=model, parallel=parallel,

@@ -15,23 +15,18 @@ Ascend (device memory, analytic), the larger of two moments:
 
 
 CPU (the MindSpore memory-pool peak of the CPU launcher): the largest of the moments of the step
-that the model's family names (`ModelFamily.cpu_checkpoints`), each the bytes alive then.
+that the model's family names (`estimate.family.Estimator.cpu_checkpoints`), each the bytes alive then.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from .effects import LayerEffect
 from .inventory import FP32, dims
 from .spec import ModelSpec, OptimizerSpec, ParallelSpec
 from .transfer import LayerTransfer
-
-if TYPE_CHECKING:
-    from ..models.family import ModelFamily
-
 
 STATIC = ("parameters", "gradients", "optimizer states", "accumulated gradients",
           "gathered weights (parallel optimizer)", "gradients being applied", "gradients so far", "optimizer outputs",
@@ -285,8 +280,3 @@ def _optimizer_moment(model: ModelSpec, parallel: ParallelSpec, optimizer: Optim
     applied = params.local(parallel) if parallel.optimizer_shard else params.total
     components["gradients being applied"] = applied * model.param_bytes
     return StagePeak(kind="optimizer step", components=components)
-
-
-def cpu_pool_peak(family: ModelFamily, model: ModelSpec, effects: list[LayerEffect]) -> StagePeak:
-    """The largest of the family's checkpoints of a CPU training step; every term in the config's dtypes."""
-    return max(family.cpu_checkpoints(model, effects), key=lambda candidate: candidate.peak)

@@ -7,14 +7,11 @@ read here, the same for every family.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..document.errors import ConfigIssue
 from ..document.source import Source
 from .step import accumulation
-
-if TYPE_CHECKING:
-    from ..models.family import ModelFamily
 
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 CPU_DTYPES = ("float32", "float16")
@@ -243,21 +240,7 @@ class OptimizerSpec:
 _OPTIMIZER_STATES = {"sgd": 0, "momentum": 4}  # Adam-like optimizers keep two fp32 moments: 8 bytes
 
 
-def read_spec(source: Source, family: ModelFamily, issues: list[ConfigIssue],
-              runtime: str = "ascend") -> tuple[ModelSpec, ParallelSpec, OptimizerSpec] | None:
-    """The model (read by its family), the parallelism and the optimizer; None after reporting what is missing.
-    With the cpu runtime, also what the CPU memory model does not cover (dtypes without CPU kernels, layers the
-    family's CPU terms were not read off)."""
-    model = family.model_spec(source, issues)
-    if model is None:
-        return None
-    if runtime == "cpu":
-        issues += _cpu_dtype_issues(source, model) + family.cpu_spec_issues(source, model)
-    parallel = _parallel(source)
-    return model, replace(parallel, vocab_emb_dp=parallel.vocab_emb_dp and family.vocab_emb_dp), optimizer_spec(source)
-
-
-def _cpu_dtype_issues(source: Source, model: ModelSpec) -> list[ConfigIssue]:
+def cpu_dtype_issues(source: Source, model: ModelSpec) -> list[ConfigIssue]:
     written = source.get(("model", "model_config")) or {}
     return [source.issue(("model", "model_config", key), f"{value} has no CPU kernels in MindSpore 2.9"
                          + ("" if key in written else " (MindFormers' default: the key is not written)"),
@@ -273,7 +256,7 @@ def dtype_name(value: Any) -> str:
     return str(value).replace("mstype.", "").strip()
 
 
-def _parallel(source: Source) -> ParallelSpec:
+def parallel_spec(source: Source) -> ParallelSpec:
     config = source.get(("parallel_config",)) or {}
     return ParallelSpec(
         data=config.get("data_parallel", 1), tensor=config.get("model_parallel", 1),

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..apply.family import backend_of
 from ..apply.logs import LOGGER
-from ..models.family import ModelFamily
+from ..family import ModelFamily
 
 
 @dataclass
@@ -50,12 +51,12 @@ def build_model(config: Any, family: ModelFamily, *, device_target: str) -> Buil
     from mindformers.core.parallel_config import build_parallel_config
     from mindformers.models.build_model import build_network
 
-    family.prepare_build(config, device_target, LOGGER.info)
+    backend_of(family).prepare_build(config, device_target, LOGGER.info)
     with _mindformers_quiet():
         build_parallel_config(config)
         network = build_network(config.model, default_args={"parallel_config": config.parallel_config,
                                                             "moe_config": config.moe_config})
-    replaced = family.after_build(network, config, device_target, LOGGER.info)
+    replaced = backend_of(family).after_build(network, config, device_target, LOGGER.info)
     unshare_layers(network, family, LOGGER.info)
     return BuiltModel(network=network, config=config, replaced=replaced)
 
@@ -64,7 +65,8 @@ def unshare_layers(network: Any, family: ModelFamily, log) -> list[str]:
     """Give every decoder layer (and every layer that follows the last) its own copy of an operator object
     MindFormers shares between them, so that a mark the plan sets for one layer stays in that layer; the
     layer-relative paths of the shared ones. Part of the build: `apply_plan` refuses a mark on a shared object."""
-    shared = family.unshare((family.decoder_layers(network) or []) + family.follower_layers(network))
+    backend = backend_of(family)
+    shared = backend.unshare((backend.decoder_layers(network) or []) + backend.follower_layers(network))
     if shared:
         log(f"MindFormers shares {len(shared)} operator object(s) between the decoder layers ({', '.join(shared)}): "
             "each layer now has its own copy, so that a mark set for one layer stays in that layer")

@@ -25,8 +25,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..child import run_owned
 from ..document.source import Source
+from .child import run_owned
 
 DATASET_DIR = ("train_dataset", "data_loader", "dataset_dir")
 AUTO_CHECK_BYTES = 1 << 30

@@ -9,6 +9,7 @@ import yaml
 
 from ..config.load import Document
 from ..document.source import Source
+from ..estimate.family import estimator_of
 from ..estimate.memory import stage_parameters
 from ..estimate.spec import ParallelSpec, optimizer_spec
 
@@ -47,7 +48,7 @@ def checkpoints_kept(source: Source) -> int:
 def checkpoint_bytes(document: Document) -> int | None:
     """One checkpoint of the model: its parameters and its optimizer states; None when the family cannot size it."""
     source = document.source
-    model = document.family.model_spec(source, [])
+    model = estimator_of(document.family).model_spec(source, [])
     if model is None:
         return None
     optimizer = optimizer_spec(source)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..apply.family import backend_of
 from ..config.load import Document
 from ..document.errors import ConfigIssue, did_you_mean
 from ..document.source import KeyPath, Source
@@ -36,7 +37,7 @@ def training_issues(document: Document, *, device_target: str, use_parallel: boo
     """Everything the Trainer would trip over late, as ConfigIssues naming the key."""
     source = document.source
     issues = registry_issues(source)
-    issues += document.family.backend_issues(source.get(("model", "model_config")), device_target, source)
+    issues += backend_of(document.family).backend_issues(source.get(("model", "model_config")), device_target, source)
     issues += _dataset_issues(source, dataset_dir)
     if device_target == "CPU" and use_parallel:
         issues += _cpu_parallel_issues(source)

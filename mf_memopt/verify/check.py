@@ -18,7 +18,7 @@ from pathlib import Path
 from ..config.load import Document, load_document
 from ..config.plan import Plan
 from ..document.errors import ConfigError, ConfigIssue
-from ..runner import ChildFailed, compile_graph
+from ..runs.runner import ChildFailed, compile_graph
 from ..runtime.device import preflight_compile
 from .ir import find_validate_ir
 from .marks import LayerCheck, check_graph

@@ -16,6 +16,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ..compress.family import compression_of
 from ..config.plan import Plan
 from .compression import check_compression
 from .ir import Graph, Node, read_ir
@@ -69,7 +70,7 @@ def check_graph(report: dict, ir_path: str | Path, plan: Plan, *, only: Collecti
     """The checks of one compiled graph (its decoder layers, or `only` these, and with `followers` the MTP layers,
     named `mtp.N`), and how many nodes it has. With `only` (a pipeline stage's graph), a layer the graph has no
     operator of disagrees."""
-    scopes = plan.family.compression.scopes
+    scopes = compression_of(plan.family).scopes
     graph = read_ir(ir_path, plan.family.ir_layer_scope)
     checks = compare(_decoder(report), graph, plan.num_layers, scopes, only=only)
     follower_report, count = _followers(report)
@@ -181,7 +182,7 @@ def _check_attribute(check: LayerCheck, nodes: list[Node], producers: dict, want
 def _stand_in_of(path: str | None, wanted: dict, found) -> str | None:
     """The planned operator a node lies inside, when it gave the node its mark: a CPU stand-in is a cell in the place
     of a primitive, and a mark the plan sets on that primitive goes to every operator inside it
-    (`models/mcore/cpu_kernels.StandIn`). A real primitive has nothing inside it."""
+    (`models/mcore/stand_in.StandIn`). A real primitive has nothing inside it."""
     if not path:
         return None
     return next((planned for planned, value in wanted.items() if value == found and path.startswith(planned + ".")),

@@ -18,10 +18,10 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .. import runner
 from ..config.device import Device
 from ..config.plan import Plan
 from ..document.source import Source
+from ..runs import runner
 from ..runtime.errors import LaunchError
 from ..runtime.session import stage_of
 from .ir import find_validate_ir

@@ -16,7 +16,7 @@ from mf_memopt.cli import main
 from mf_memopt.compare import _runtime
 from mf_memopt.config.device import device_of
 from mf_memopt.document.source import load_source
-from mf_memopt.estimate.check import device_runtime
+from mf_memopt.runs.check import device_runtime
 
 
 ROOT = Path(__file__).resolve().parents[2]

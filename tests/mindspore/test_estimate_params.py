@@ -16,8 +16,9 @@ import pytest
 
 from mf_memopt.document.source import load_source
 from mf_memopt.estimate.memory import stage_parameters
-from mf_memopt.estimate.spec import ParallelSpec, read_spec
-from mf_memopt.models import family_of
+from mf_memopt.estimate.family import read_spec
+from mf_memopt.estimate.spec import ParallelSpec
+from mf_memopt.family import family_of
 
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from shared_runs import POOL_LOG, llama_tiny_trained
 
-from mf_memopt.estimate.measure import CPU_PEAK
+from mf_memopt.runs.measure import CPU_PEAK
 
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from mf_memopt.config.load import load_plan
-from mf_memopt.runner import msrun_command
+from mf_memopt.runs.runner import msrun_command
 from mf_memopt.runtime.session import stage_of
 from mf_memopt.verify.pipeline import compile_env, stage_layers
 

@@ -11,6 +11,7 @@ from recorded_cases import LLAMA_CPU, model_yaml
 from mf_memopt import ConfigError, load_plan
 from mf_memopt.config.layer_check import layer_issues
 from mf_memopt.document.source import parse_yaml
+from mf_memopt.config.family_rules import rules_of
 from mf_memopt.models.llama import LLAMA
 from mf_memopt.models.llama import layers as llama_layers
 
@@ -34,5 +35,5 @@ def test_validate_and_apply_report_the_same_problems(tmp_path):
     with pytest.raises(ConfigError) as raised:
         apply_plan(plan, model)
     source = parse_yaml(model_yaml(LLAMA_CPU), str(path))
-    static = layer_issues(plan, LLAMA.layer_tree(source))
+    static = layer_issues(plan, rules_of(LLAMA).layer_tree(source))
     assert ConfigError(static).render() == raised.value.render()

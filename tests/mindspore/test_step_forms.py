@@ -18,7 +18,7 @@ ONCE_RAISED = ("no runner_wrapper", "dynamic scale, no clip")
 
 @pytest.mark.parametrize("form", ONCE_RAISED)
 def test_recompute_lowers_the_peak_under_the_step_forms_that_once_raised_it(form, tmp_path):
-    from mf_memopt.estimate.measure import measure_peak
+    from mf_memopt.runs.measure import measure_peak
 
     peaks = {recompute: measure_peak(config_for(form, recompute, tmp_path), runtime="cpu").peak_bytes
              for recompute in ("none", "full", "cell")}

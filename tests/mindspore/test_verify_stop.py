@@ -26,7 +26,7 @@ GONE_WITHIN_SECONDS = 10.0
 COMMAND = """
 import sys
 from pathlib import Path
-from mf_memopt.child import Stopped
+from mf_memopt.runtime.child import Stopped
 from mf_memopt.verify import pipeline
 
 config, base = sys.argv[1], Path(sys.argv[2])

@@ -27,6 +27,7 @@ from mf_memopt.estimate import estimate_config
 from mf_memopt.estimate.core import _estimate
 from mf_memopt.estimate.spec import ParallelSpec
 from mf_memopt.estimate.transfer import Hardware
+from mf_memopt.estimate.family import estimator_of
 from mf_memopt.models.llama import LLAMA
 from mf_memopt.models.llama.inventory import layer_inventory, layer_ops
 
@@ -244,7 +245,7 @@ def test_cpu_search_peak_matches_the_estimator(tmp_path, mix):
         config.write_text(text)
     plan = load_plan(config)
     source = parse_yaml(config.read_text(), "medium")
-    from mf_memopt.estimate.spec import read_spec
+    from mf_memopt.estimate.family import read_spec
 
     model, _, _ = read_spec(source, LLAMA, [])
     prints = footprints(CPU_CHOICES, layer_inventory(model, ParallelSpec(), "cpu"), layer_ops(model, ParallelSpec()),
@@ -266,13 +267,13 @@ def test_an_estimator_term_the_search_cannot_express_is_not_trusted(tmp_path, mo
     plan is estimated whole instead, and the plan written fits the estimator's own peak."""
     from mf_memopt.estimate.memory import StagePeak
 
-    cpu_checkpoints = LLAMA.estimator.cpu_checkpoints
+    cpu_checkpoints = estimator_of(LLAMA).cpu_checkpoints
 
     def with_a_maximum(model, effects):
         largest = max(effect.bytes() - effect.bytes("recomputed") for effect in effects)
         return [*cpu_checkpoints(model, effects), StagePeak(kind="largest layer", components={"x": largest})]
 
-    monkeypatch.setattr(LLAMA.estimator, "cpu_checkpoints", with_a_maximum)
+    monkeypatch.setattr(estimator_of(LLAMA), "cpu_checkpoints", with_a_maximum)
     plan = auto_plan(tiny(tmp_path, 4), budget=60 * MiB, runtime="cpu", choices=CPU_CHOICES)
     assert plan.repairs and "do not add up to its peak" in plan.repairs[0]      # the layer search refused its terms
     assert max(stage.peak.peak for stage in plan.estimate.stages) <= plan.target     # the patched estimator's peak

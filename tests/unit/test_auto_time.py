@@ -17,7 +17,7 @@ from mf_memopt.auto.measure import measure_time
 from mf_memopt.auto.space import PlanSpace, stage_assignments
 from mf_memopt.auto.race import STEPS, WARMUP, lower_quartile, paired_ratio, rotated, step_times
 from mf_memopt.auto.timing import load_table, monotone, profile, save_table
-from mf_memopt.estimate.measure import MeasureError
+from mf_memopt.runs.measure import MeasureError
 from mf_memopt.document.source import load_source
 
 ROOT = Path(__file__).resolve().parents[2]

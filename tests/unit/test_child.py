@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from children import alive
-from mf_memopt.child import GRACE_SECONDS, Stopped, run_owned
+from mf_memopt.runtime.child import GRACE_SECONDS, Stopped, run_owned
 
 # A child that ignores SIGTERM (as a training step busy in a kernel may, for longer than the grace period) and
 # says so by writing its pid.
@@ -38,7 +38,7 @@ WITH_GRANDCHILD = ("import os, subprocess, sys, time\n"
 # between the start of the child and anything the command does next. The Popen writes the child's pid.
 STOPPED_WHILE_STARTING = """
 import os, signal, subprocess, sys
-from mf_memopt.child import Stopped, run_owned
+from mf_memopt.runtime.child import Stopped, run_owned
 
 class Signalling(subprocess.Popen):
     def __init__(self, *args, **kwargs):

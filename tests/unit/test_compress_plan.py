@@ -12,6 +12,7 @@ from mf_memopt.compress.methods import bits_per_element, stored_bytes
 from mf_memopt.config.load import plan_source
 from mf_memopt.document.source import parse_yaml
 from mf_memopt.estimate.core import estimate_config
+from mf_memopt.compress.family import compression_of
 from mf_memopt.models.llama import LLAMA
 
 LAYOUT = "model:\n  model_config:\n    num_layers: 4\n"
@@ -219,7 +220,7 @@ def test_verify_checks_that_the_weight_gradient_reads_the_compressed_copy(weight
              _node("%dx", "PrimFunc_MatMul", ["%dy", "%w"], cell),
              _node("%dw", "PrimFunc_MatMul", ["%dy", weight_gradient_reads], cell)]
     entry = {"layer": 0, "path": "feed_forward.w2", "method": "int2", "replaced_by": "CompressedLinear"}
-    found, wrong, _ = check_compression(0, [entry], nodes, Graph(nodes), LLAMA.compression.scopes)
+    found, wrong, _ = check_compression(0, [entry], nodes, Graph(nodes), compression_of(LLAMA).scopes)
     assert (found, wrong) == ((["feed_forward.w2 (int2)"], []) if agrees else
                               ([], ["feed_forward.w2: its weight gradient reads the full-precision input, not the "
                                     "compressed copy"]))
@@ -230,7 +231,7 @@ def test_verify_reports_a_missing_compressed_cell():
     from mf_memopt.verify.ir import Graph
 
     entry = {"layer": 0, "path": "feed_forward.w2", "method": "lossless", "replaced_by": "LosslessFeedForward"}
-    _, wrong, _ = check_compression(0, [entry], [], Graph([]), LLAMA.compression.scopes)
+    _, wrong, _ = check_compression(0, [entry], [], Graph([]), compression_of(LLAMA).scopes)
     assert wrong == ["feed_forward.w2: compressed by the plan (lossless), but the graph has no "
                      "feed_forward.w2_lossless cell"]
 

@@ -20,7 +20,7 @@ import mf_memopt.runtime.datacheck as datacheck
 from mf_memopt import cli
 from mf_memopt.cli import main
 from mf_memopt.compare.runs import Run, Step
-from mf_memopt.estimate import measure
+from mf_memopt.runs import measure
 from mf_memopt.runtime.errors import LaunchError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mf_memopt import runner
+from mf_memopt.runs import runner
 from mf_memopt.verify import pipeline
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,6 +16,7 @@ from mf_memopt.estimate.memory import in_flight, stage_parameters
 from mf_memopt.estimate.report import parse_size
 from mf_memopt.estimate.spec import ModelSpec, ParallelSpec
 from mf_memopt.estimate.transfer import swap_timeline
+from mf_memopt.estimate.family import estimator_of
 from mf_memopt.models.llama import LLAMA
 from mf_memopt.models.llama.inventory import layer_inventory, layer_ops
 from mf_memopt.models.llama.spec import ffn_width
@@ -262,10 +263,10 @@ def test_the_cpu_estimate_says_when_the_runtime_differs_from_the_one_it_was_meas
     --measure, and the measured one none."""
     from mf_memopt.estimate.versions import installed
 
-    monkeypatch.setattr(LLAMA.estimator, "cpu_measured_on", {"pyyaml": installed("pyyaml"), "pytest": installed("pytest")})
+    monkeypatch.setattr(estimator_of(LLAMA), "cpu_measured_on", {"pyyaml": installed("pyyaml"), "pytest": installed("pytest")})
     assert not any("measured on" in note for note in estimate_config(ROOT / "configs/llama_tiny.yaml",
                                                                       runtime="cpu").notes)
-    monkeypatch.setattr(LLAMA.estimator, "cpu_measured_on", {"mindspore": "2.8.0", "pytest": installed("pytest")})
+    monkeypatch.setattr(estimator_of(LLAMA), "cpu_measured_on", {"mindspore": "2.8.0", "pytest": installed("pytest")})
     notes = estimate_config(ROOT / "configs/llama_tiny.yaml", runtime="cpu").notes
     assert any("measured on mindspore 2.8.0" in note and "check the estimate with `estimate --measure`" in note
                for note in notes)

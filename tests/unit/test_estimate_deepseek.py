@@ -134,11 +134,12 @@ def test_auto_on_cpu_names_the_layers_it_cannot_plan(capsys):
 
 def test_auto_offers_the_shared_experts_where_the_model_has_them():
     from mf_memopt.document.source import load_source
+    from mf_memopt.config.family_rules import auto_cells_for
     from mf_memopt.models.mcore import MCORE
 
-    assert r"mlp\.shared_experts" in MCORE.auto_cells_for(load_source(TINY)).select
+    assert r"mlp\.shared_experts" in auto_cells_for(MCORE, load_source(TINY)).select
     qwen3_moe = load_source(ROOT / "configs" / "qwen3_moe_tiny.yaml")
-    assert r"mlp\.shared_experts" not in MCORE.auto_cells_for(qwen3_moe).select
+    assert r"mlp\.shared_experts" not in auto_cells_for(MCORE, qwen3_moe).select
 
 
 # The later DeepSeek-V3 sets (`sweep_deepseek.py --set S`), held to 5%. `fresh` and `fresh2` are fitted. `fresh` (seed 20261214): its g04

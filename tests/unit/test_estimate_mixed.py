@@ -18,7 +18,7 @@ from benchmarks.sweep import PINNED, PINNED_DATA, relative_error
 from mf_memopt.cli import main
 from mf_memopt.document.errors import ConfigError
 from mf_memopt.estimate import estimate_config
-from mf_memopt.estimate.measure import failure_summary
+from mf_memopt.runs.measure import failure_summary
 
 TOLERANCE = 0.05
 # Configs the estimate misses by more than 5%, with the bound they must stay within and the
@@ -133,7 +133,7 @@ def test_exact_is_refused_where_it_cannot_apply(argv, message, capsys):
 
 
 def test_a_replay_outside_the_printed_mib_is_an_error_not_a_number():
-    from mf_memopt.estimate.measure import MeasureError, _replayed
+    from mf_memopt.runs.measure import MeasureError, _replayed
 
     alloc = ("[DEBUG] ME(1,2,python):2026-11-23-13:35:20.000.001 [kernel_tensor.cc:738] IncreaseNewRefCount] "
              "Op:Alloc memory increase new ref count for device address:0x1 shape:(4) type:Tensor[Float32] "

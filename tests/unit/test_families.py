@@ -7,9 +7,11 @@ import inspect
 
 import pytest
 
-from mf_memopt.models import REGISTRY, families, family_named
-from mf_memopt.models.compression import Compression
-from mf_memopt.models.family import Backend, ConfigRules, Estimator, ModelFamily, Part
+from mf_memopt.apply.family import Backend
+from mf_memopt.compress.family import Compression
+from mf_memopt.config.family_rules import ConfigRules
+from mf_memopt.estimate.family import Estimator
+from mf_memopt.family import REGISTRY, ModelFamily, Part, families, family_named
 
 PROTOCOLS = {"rules": ConfigRules, "backend": Backend, "estimator": Estimator, "compression": Compression}
 
@@ -54,3 +56,19 @@ def test_the_part_check_would_see_a_part_that_misses_a_method_or_answers_nothing
     assert _unimplemented(Silent(), Backend) == ["after_build", "backend_issues", "prepare_build"]   # ... it is not
     with pytest.raises(ModuleNotFoundError):
         Part("mf_memopt.models.no_such_family", "FAMILY").get()
+
+
+def test_each_stage_reaches_a_part_through_its_accessor_which_refuses_a_part_of_the_wrong_kind():
+    from mf_memopt.apply.family import backend_of
+    from mf_memopt.compress.family import compression_of
+    from mf_memopt.config.family_rules import rules_of
+    from mf_memopt.estimate.family import estimator_of
+
+    accessors = {"rules": rules_of, "backend": backend_of, "estimator": estimator_of, "compression": compression_of}
+    for family in families():
+        for part_name, accessor in accessors.items():
+            assert isinstance(accessor(family), PROTOCOLS[part_name])
+    llama = family_named("llama")
+    crossed = dataclasses.replace(llama, parts=dataclasses.replace(llama.parts, estimator=llama.parts.compression))
+    with pytest.raises(TypeError, match="llama's estimator part .* is not an Estimator"):
+        estimator_of(crossed)

@@ -12,7 +12,7 @@ from mf_memopt import load_plan
 from mf_memopt.cli import main
 from mf_memopt.document.errors import ConfigError
 from mf_memopt.document.source import load_source
-from mf_memopt.models import family_of
+from mf_memopt.family import family_of
 from mf_memopt.models.llama import LLAMA
 from mf_memopt.models.mcore import MCORE
 

@@ -30,18 +30,18 @@ ENTRIES = {
     "runtime/data.py:main": {"load_document"},
     "verify/precompile.py:main": {"load_document"},
     "auto/race.py:main": {"load_document"},
-    "estimate/check.py:measure_and_compare": {"load_document"},
+    "runs/check.py:measure_and_compare": {"load_document"},
     "compare/__init__.py:compare_configs": {"load_document"},
     "auto/balance.py:balance_plan": {"load_document"},
     # library functions a user or a test calls with a path: read at their top; a Document passes through
     "estimate/core.py:estimate_config": {"load_document"},
-    "estimate/check.py:device_runtime": {"load_document"},
+    "runs/check.py:device_runtime": {"load_document"},
     "verify/check.py:verify": {"load_document"},
     "runtime/session.py:prepare": {"load_document"},
     "auto/planner.py:auto_plan": {"load_document"},
     "auto/space.py:PlanSpace.__init__": {"load_document"},
     "auto/space.py:cached_or_profiled": {"load_document"},
-    "runner.py:yaml_dataset": {"load_document"},
+    "runs/runner.py:yaml_dataset": {"load_document"},
     # YAMLs `auto` writes in memory (its plans, its offsets), each a new document
     "estimate/core.py:estimate_source": {"load_document"},
     "auto/planner.py:_Context.read": {"load_document"},
@@ -134,8 +134,8 @@ def test_estimate_measure_reads_the_config_once_and_hands_the_document_to_the_ch
     """Before: the device's runtime, the estimate, the backend check and the child's dataset each read it."""
     from mf_memopt.cli import main
     from mf_memopt.config.load import Document
-    from mf_memopt.estimate import check
-    from mf_memopt.estimate.measure import Measurement
+    from mf_memopt.runs import check
+    from mf_memopt.runs.measure import Measurement
 
     def measured(config, **_):
         assert isinstance(config, Document) and config.source.file == str(CONFIG)

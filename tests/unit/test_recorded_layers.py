@@ -9,6 +9,7 @@ from recorded_cases import LLAMA_CPU, model_yaml
 
 from mf_memopt import ConfigError, load_plan
 from mf_memopt.document.source import parse_yaml
+from mf_memopt.config.family_rules import rules_of
 from mf_memopt.models.llama import LLAMA
 from mf_memopt.models.llama import layers as llama_layers
 
@@ -61,5 +62,5 @@ def test_every_variant_of_the_structure_keys_is_recorded():
     for flash in (False, True):
         source = parse_yaml(f"model:\n  model_config:\n    type: LlamaConfig\n    use_flash_attention: {flash}\n",
                             "m.yaml")
-        tree = LLAMA.layer_tree(source)
+        tree = rules_of(LLAMA).layer_tree(source)
         assert ("flash_attention" in tree._cells["attention"]._cells) is flash

@@ -1,4 +1,4 @@
-"""The one child runner (`mf_memopt.runner`): how a training or compile child is started, and how it fails.
+"""The one child runner (`mf_memopt.runs.runner`): how a training or compile child is started, and how it fails.
 
 A training child that finishes is exercised by `estimate --measure` and `compare` (tests/mindspore/test_step_forms.py,
 tests/unit/test_compare_configs.py); here, what every caller gets when a child does not."""
@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from children import alive
-from mf_memopt.runner import ChildFailed, child_command, compile_graph, train, yaml_dataset
+from mf_memopt.runs.runner import ChildFailed, child_command, compile_graph, train, yaml_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "llama_tiny.yaml"

@@ -9,7 +9,7 @@ import pytest
 
 import mf_memopt.compare as compare_module
 from mf_memopt.cli import main
-from mf_memopt.estimate import measure
+from mf_memopt.runs import measure
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "llama_tiny.yaml"          # context.device_target: "CPU"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
-from ..family import AutoCells, Defaults, FamilyParts, ModelFamily, ModelKeys, Part
-from .checks import _DEFAULT_COMM, _DEFAULT_SWAP
+from ...family import AutoCells, Defaults, FamilyParts, ModelFamily, ModelKeys, Part
+from .checks import DEFAULT_COMM, DEFAULT_SWAP
 
 _MODEL = ("model", "model_config")
 
@@ -21,8 +21,8 @@ LLAMA = ModelFamily(
                    offset=(*_MODEL, "offset"), seq_length=(*_MODEL, "seq_length"),
                    vocab_size=(*_MODEL, "vocab_size"), hidden_size=(*_MODEL, "hidden_size"),
                    extra_layers=(*_MODEL, "mtp_depth")),
-    defaults=Defaults(select=(r"feed_forward\.mul", r"feed_forward\.w1\.activation\.silu"), comm=(_DEFAULT_COMM,),
-                      swap=_DEFAULT_SWAP, compress_dense=r"feed_forward\.w2"),
+    defaults=Defaults(select=(r"feed_forward\.mul", r"feed_forward\.w1\.activation\.silu"), comm=(DEFAULT_COMM,),
+                      swap=DEFAULT_SWAP, compress_dense=r"feed_forward\.w2"),
     auto_cells=AutoCells(select=("feed_forward", "attention"), swap=("attention", "feed_forward"),
                          attention_prefix="attention.",
                          compress=(("feed_forward", r"feed_forward\.(w1|w2|w3)"),),

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...config.differences import OPTIONS, note
+from ...config.family_rules import ConfigRules
 from ...document.errors import ConfigIssue
 from ...document.source import KeyPath, Source
 from ...document.tree import RecordedCell
-from ..family import ConfigRules
 from .layers import layer_tree
 
 if TYPE_CHECKING:
@@ -74,13 +74,13 @@ def model_notes(source: Source, plan: Plan) -> list[ConfigIssue]:
                  "names")]
 
 
-_DEFAULT_SWAP = r".*\.flash_attention"
-_DEFAULT_COMM = r".*\.norm"
+DEFAULT_SWAP = r".*\.flash_attention"
+DEFAULT_COMM = r".*\.norm"
 # Hints for the patterns mf_memopt applies by default, when the model does not have their target.
 _PATTERN_HINTS = {
-    _DEFAULT_SWAP: "the default swap strategy swaps attention.flash_attention, which exists only with "
+    DEFAULT_SWAP: "the default swap strategy swaps attention.flash_attention, which exists only with "
                    "model.model_config.use_flash_attention: True; or list what to swap in op_swap",
-    _DEFAULT_COMM: "the default comm pattern names RmsNorm's fused `norm` operator, which exists only with "
+    DEFAULT_COMM: "the default comm pattern names RmsNorm's fused `norm` operator, which exists only with "
                    "model.model_config.fused_rms_norm: True (not on CPU); name the operators instead, "
                    "e.g. 'attention_norm\\.mul2'",
 }

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...compress.family import Compression, Target
 from ...document.tree import children, primitives, type_name
 from ...estimate.inventory import ATTENTION_INPUT, ATTENTION_OUTPUT, MLP_DOWN_INPUT, MLP_GATE, MLP_GATE_EARLY, MLP_INPUT
-from ..compression import Compression, Target
 
 _MLP = "feed_forward"
 RECORDED_ATTRIBUTES = ("expert_flag", "use_gmm", "transpose_b", "ffn_concat", "use_fused_swiglu")  # read above

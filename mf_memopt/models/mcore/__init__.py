@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 
-from ..family import Defaults, FamilyParts, ModelFamily, ModelKeys, Part
-from .checks import _AUTO_CELLS, DEFAULT_COMM, DEFAULT_SELECT, DEFAULT_SWAP
+from ...family import Defaults, FamilyParts, ModelFamily, ModelKeys, Part
+from .checks import AUTO_CELLS, DEFAULT_COMM, DEFAULT_SELECT, DEFAULT_SWAP
 from .keys import MODEL
 
 MCORE = ModelFamily(
@@ -29,7 +29,7 @@ MCORE = ModelFamily(
                    vocab_size=(*MODEL, "vocab_size"), hidden_size=(*MODEL, "hidden_size")),
     defaults=Defaults(select=DEFAULT_SELECT, comm=(DEFAULT_COMM,), swap=DEFAULT_SWAP,
                       compress_dense=r"mlp\.linear_fc2"),
-    auto_cells=_AUTO_CELLS,
+    auto_cells=AUTO_CELLS,
     # the decoder's layers; an MTP block's layers are `mtp-.../layers-CellList/N-...`, checked as followers
     ir_layer_scope=re.compile(r"decoder-[^/]+/layers-CellList/(\d+)-[^/]+/?(.*)$"),
     ir_follower_scope=re.compile(r"mtp-[^/]+/layers-CellList/(\d+)-[^/]+/?(.*)$"),

@@ -142,7 +142,7 @@ def unshare_primitives(layers: list[Any]) -> list[str]:
 
 def own_marks(network: Any) -> list[str]:
     """The operators of the first decoder layer that MindFormers' cells marked for recompute, by path."""
-    from ..family import first_layer_list
+    from ...apply.family import first_layer_list
 
     layers = first_layer_list(network) or []
     if not layers:

@@ -6,10 +6,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ...config.differences import layers_text, note
+from ...config.family_rules import ConfigRules
 from ...document.errors import ConfigIssue
 from ...document.source import KeyPath, Source
 from ...document.tree import RecordedCell
-from ..family import AutoCells, ConfigRules
+from ...family import AutoCells
 from .keys import ARCHITECTURES, MODEL, architecture, mcore_view, model_value
 from .layers import layer_tree
 
@@ -222,7 +223,7 @@ _PATTERN_HINTS = {
 }
 
 
-_AUTO_CELLS = AutoCells(select=("mlp", "self_attention"), swap=("self_attention", "mlp"),
+AUTO_CELLS = AutoCells(select=("mlp", "self_attention"), swap=("self_attention", "mlp"),
                         attention_prefix="self_attention.",
                         compress=(("mlp", r"mlp\.(linear_fc1|linear_fc2)"),))
 # an MoE layer: the experts alone (their activations are most of the block's), the whole block, the attention

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...compress.family import Compression, Target
 from ...document.tree import children, primitives, type_name
 from ...estimate.inventory import ATTENTION_INPUT, ATTENTION_OUTPUT, MLP_DOWN_INPUT, MLP_GATE, MLP_GATE_EARLY, MLP_INPUT
-from ..compression import Compression, Target
 
 RECORDED_ATTRIBUTES = ("transpose_b", "skip_weight_param_allocation")   # read by is_parallel_linear (a
 # RowParallelLinear has no skip_weight_param_allocation: it always owns its weight)

@@ -53,7 +53,7 @@ from mindspore.common import dtype as mstype
 from mindspore.ops import operations as P
 from mindspore.ops.auto_generate import MeanExt, SiLU
 
-from .cpu_kernels import StandIn
+from .stand_in import StandIn
 
 
 class CPUTopk(StandIn):

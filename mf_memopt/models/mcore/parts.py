@@ -1,13 +1,14 @@
-"""The mcore family's `backend` and `estimator` parts (`models.family.Backend`, `Estimator`)."""
+"""The mcore family's `backend` and `estimator` parts (`apply.family.Backend`, `estimate.family.Estimator`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ...apply.family import Backend, Cell
 from ...document.errors import ConfigIssue
 from ...document.source import Source
-from ..family import Backend, Cell, Estimator
+from ...estimate.family import Estimator
 from . import backend, cpu_memory, inventory, spec
 
 if TYPE_CHECKING:

@@ -23,18 +23,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .child import run_owned
-from .config.load import Document, load_document
-from .estimate.pool_log import ALLOCATION_LOG_LEVELS, CPU_PEAK
-from .runtime.data import DATASET_DIR, GENERATED
+from ..config.load import Document, load_document
+from ..estimate.pool_log import ALLOCATION_LOG_LEVELS, CPU_PEAK
+from ..runtime.child import run_owned
+from ..runtime.data import DATASET_DIR, GENERATED
 
 __all__ = ["ASCEND_PEAK", "CPU_PEAK", "ChildFailed", "ChildRun", "compile_graph", "compile_ranks", "msrun_command",
            "race_child", "train"]
 
 ASCEND_PEAK = re.compile(r"[Aa]ctual peak memory usage[^0-9]*([0-9.]+)\s*M")
-LAUNCHER = Path(__file__).resolve().parents[1] / "run_mindformer_memopt.py"
+LAUNCHER = Path(__file__).resolve().parents[2] / "run_mindformer_memopt.py"
 _LAUNCH_INLINE = "import sys; from mf_memopt.runtime.launch import main; sys.exit(main())"
-_PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+_PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
 class ChildFailed(RuntimeError):

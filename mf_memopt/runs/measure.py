@@ -23,8 +23,8 @@ from ..config.device import DEVICE_TARGET, device_of
 from ..config.load import Document
 from ..document.errors import ConfigError
 from ..document.source import Source
-from ..runner import ASCEND_PEAK, ChildFailed, failure_summary, tail, train, yaml_dataset
-from .pool_log import CPU_PEAK, NoAllocations, replay
+from ..estimate.pool_log import CPU_PEAK, NoAllocations, replay
+from .runner import ASCEND_PEAK, ChildFailed, failure_summary, tail, train, yaml_dataset
 
 __all__ = ["ASCEND_PEAK", "CPU_PEAK", "MeasureError", "Measurement", "failure_summary", "measure_peak",
            "reading_center"]

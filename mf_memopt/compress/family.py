@@ -3,13 +3,17 @@
 `op_compress` replaces a Linear-like cell by one whose backward reads only a compressed copy of
 its input. A family names those cells by their path in a decoder layer (`Target`); the
 estimator matches each target's freed tensor by its role in the layer's inventory, and
-`apply` asks the family for the replacement cells.
+`apply` asks the family for the replacement cells. A family fills the contract in by subclassing `Compression` in
+its own package (its `compression` part); every stage reaches it through `compression_of(family)`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from ..family import ModelFamily
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,3 +77,11 @@ class Compression(Protocol):
         `parent`) keeps only what its backward cannot rebuild exactly: (owner, child name, new cell), or None when
         the family has no such rebuild, or not for this cell. Building the cell commits to it."""
         return None
+
+
+def compression_of(family: ModelFamily) -> Compression:
+    """The family's compression targets and replacement cells."""
+    compression = family.parts.compression.get()
+    if not isinstance(compression, Compression):
+        raise TypeError(f"{family.name}'s compression part {family.parts.compression} is not a Compression")
+    return compression

@@ -13,12 +13,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..apply.family import backend_of
 from ..config.device import device_of
 from ..config.load import Document, load_document
 from ..document.errors import raise_if_errors
-from .core import Estimate, estimate_config
+from ..estimate.core import Estimate, estimate_config
+from ..estimate.transfer import Hardware
 from .measure import EXACT_ON_ASCEND, MeasureError, Measurement, measure_peak, reading_center
-from .transfer import Hardware
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,7 +53,7 @@ def check_backend(document: Document, runtime: str) -> None:
     """Refuse settings the backend cannot run, before the child compiles anything."""
     source = document.source
     target = "CPU" if runtime == "cpu" else "Ascend"
-    raise_if_errors(document.family.backend_issues(source.get(("model", "model_config")), target, source))
+    raise_if_errors(backend_of(document.family).backend_issues(source.get(("model", "model_config")), target, source))
 
 
 def compare(estimate: Estimate, measurement: Measurement) -> list[StageCheck]:
