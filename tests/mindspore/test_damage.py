@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from children import only_child
 from full_disk import fill, full_disk_env
+from processes import only_child
 from shared_runs import llama_tiny_trained
 
 ROOT = Path(__file__).resolve().parents[2]
