@@ -1,6 +1,6 @@
 """The mcore CPU stand-ins against independent NumPy references, in one MindSpore process (graph mode, CPU).
 
-    python tests/mcore_kernel_check.py      # prints one JSON line: {check name: [error, tolerance], ...}
+    python tests/children/mcore_kernel_check.py      # prints one JSON line: {check name: [error, tolerance], ...}
 
 Run by tests/mindspore/test_mcore_kernels.py in a child process: building an mcore model switches MindFormers'
 process-wide context to mcore, which the other tests must not inherit.
@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 os.environ.setdefault("GLOG_v", "3")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import mindspore as ms  # noqa: E402
 from mindspore import Tensor, nn, ops  # noqa: E402
