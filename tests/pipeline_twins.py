@@ -27,7 +27,7 @@ from pathlib import Path
 
 os.environ.setdefault("GLOG_v", "3")
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "helpers")]
 
 WHEEL = Path(importlib.util.find_spec("mindformers").origin).parents[1] / "configs"
 MCORE = {"qwen3_32b": "qwen3/pretrain_qwen3_32b_4k.yaml",
