@@ -10,6 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "llama_tiny.yaml"
+POOL_LOG = {"GLOG_v": "2", "MS_SUBMODULE_LOG_v": "{PRE_ACT:1}"}     # MindSpore prints its memory-pool peak at exit
 
 
 def launcher_command(*args: str) -> list[str]:
@@ -17,8 +18,10 @@ def launcher_command(*args: str) -> list[str]:
     return [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", *args]
 
 
-def launcher_env() -> dict:
-    return {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(ROOT)}
+def launcher_env(**extra: str) -> dict:
+    """This process's environment with MindSpore quiet (GLOG_v 3) and this checkout's package on PYTHONPATH (in place
+    of any other), then `extra` over it (POOL_LOG, for one)."""
+    return {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(ROOT), **extra}
 
 
 def launch(*args: str, cwd: Path) -> subprocess.CompletedProcess:

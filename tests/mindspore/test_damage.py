@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from full_disk import fill, full_disk_env
+from launching import launcher_env
 from processes import only_child
 from shared_runs import llama_tiny_trained
 
@@ -22,14 +23,10 @@ TINY = ROOT / "configs" / "llama_tiny.yaml"
 PREFIX = "run_mindformer_memopt.py: "
 
 
-def _env() -> dict:
-    return {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(ROOT)}
-
-
 def _launch(tmp_path: Path, *extra: str, timeout: float = 600) -> subprocess.CompletedProcess:
     command = [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(TINY), "--run_mode", "train",
                *extra]
-    return subprocess.run(command, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(command, cwd=tmp_path, env=launcher_env(), capture_output=True, text=True, timeout=timeout)
 
 
 def _tokens(tmp_path: Path, name: str = "tokens.mindrecord") -> Path:
@@ -107,8 +104,8 @@ def test_a_killed_training_process_is_reported_dead_with_its_step(tmp_path):
     # a process whose command line looks like a training child's, started first: only the launcher's own is killed
     decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "mf_memopt.runtime.launch"])
     try:
-        launcher = subprocess.Popen(command, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True)
+        launcher = subprocess.Popen(command, cwd=tmp_path, env=launcher_env(), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
         for line in launcher.stdout:
             if "step:[    3/" in line:
                 os.kill(only_child(launcher.pid), signal.SIGKILL)
@@ -132,7 +129,7 @@ def test_a_disk_that_fills_during_training_stops_it_in_one_line_and_removes_the_
     output = tmp_path / "out"
     command = [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(TINY), "--run_mode", "train",
                "--output_dir", str(output), "--train_dataset_dir", str(_tokens(tmp_path))]
-    launcher = subprocess.Popen(command, cwd=tmp_path, env=full_disk_env(_env(), tmp_path / "hooks", output),
+    launcher = subprocess.Popen(command, cwd=tmp_path, env=full_disk_env(launcher_env(), tmp_path / "hooks", output),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in launcher.stdout:
         if "step:[    2/" in line:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from shared_runs import POOL_LOG, llama_tiny_trained
+from launching import POOL_LOG, launcher_env
+from shared_runs import llama_tiny_trained
 
 from mf_memopt.estimate.measure import CPU_PEAK
 
@@ -55,10 +56,9 @@ def _work(tmp_path_factory):
 
 def _launch(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     """The launcher, run in `cwd` (the module's directory by default); a relative --config is the checkout's."""
-    environment = {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(ROOT), **(env or {})}
     args = tuple(str(ROOT / arg) if index and args[index - 1] == "--config" else arg for index, arg in enumerate(args))
     return subprocess.run([sys.executable, str(ROOT / "run_mindformer_memopt.py"), *args], cwd=cwd or WORK,
-                          env=environment, capture_output=True, text=True, timeout=600)
+                          env=launcher_env(**(env or {})), capture_output=True, text=True, timeout=600)
 
 
 def _tokens(config: str) -> str:

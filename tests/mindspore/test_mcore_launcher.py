@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from launching import POOL_LOG, launcher_env
 from shared_runs import verify_shipped
 
 from mf_memopt.estimate.measure import CPU_PEAK
@@ -22,14 +23,13 @@ from mf_memopt.estimate.measure import CPU_PEAK
 ROOT = Path(__file__).resolve().parents[2]
 QWEN3 = ROOT / "configs" / "qwen3_tiny.yaml"
 LOSS = re.compile(r"step:\[\s*(\d+)/\s*\d+\], loss:\[([\d.]+)/")
-POOL_LOG = {"GLOG_v": "2", "MS_SUBMODULE_LOG_v": "{PRE_ACT:1}"}
 RECOMPUTE = {"none": {"recompute": False, "select_recompute": False},
              "full": {"recompute": True, "select_recompute": False},
              "mlp": {"recompute": False, "select_recompute": {"mlp": True}}}
 
 
 def _launch(config: Path, output: Path, steps: int) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), **POOL_LOG}
+    env = launcher_env(**POOL_LOG)
     done = subprocess.run([sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(config),
                            "--run_mode", "train", "--train_steps", str(steps), "--output_dir", str(output),
                            "--train_dataset_dir", str(output / "data" / "tokens.mindrecord")],
