@@ -13,9 +13,9 @@ TINY = ROOT / "configs" / "llama_tiny.yaml"
 POOL_LOG = {"GLOG_v": "2", "MS_SUBMODULE_LOG_v": "{PRE_ACT:1}"}     # MindSpore prints its memory-pool peak at exit
 
 
-def launcher_command(*args: str) -> list[str]:
-    """`run_mindformer_memopt.py --config ARGS...`."""
-    return [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", *args]
+def launcher_command(config: str | Path, *args: str) -> list[str]:
+    """`run_mindformer_memopt.py --config CONFIG ARGS...`."""
+    return [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(config), *args]
 
 
 def launcher_env(**extra: str) -> dict:
@@ -24,6 +24,6 @@ def launcher_env(**extra: str) -> dict:
     return {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(ROOT), **extra}
 
 
-def launch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(launcher_command(*args), cwd=cwd, env=launcher_env(), capture_output=True, text=True,
-                          timeout=600)
+def launch(config: str | Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(launcher_command(config, *args), cwd=cwd, env=launcher_env(), capture_output=True,
+                          text=True, timeout=600)

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from launching import POOL_LOG, launcher_env
+from launching import POOL_LOG, TINY, launcher_command, launcher_env
 
 ROOT = Path(__file__).resolve().parents[2]
 _DONE = "completed.json"
@@ -69,9 +69,8 @@ def llama_tiny_trained(tmp_path_factory) -> tuple[subprocess.CompletedProcess, P
     after steps 8 and 16), with MindSpore's pool log, once per session: the finished process, its --output_dir and
     its token file. Readers copy what they would change."""
     def command(folder: Path) -> list[str]:
-        return [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config",
-                str(ROOT / "configs" / "llama_tiny.yaml"), "--run_mode", "train", "--output_dir",
-                str(folder / "output"), "--force", "--train_dataset_dir", str(folder / "data" / "llama_tiny.mindrecord")]
+        return launcher_command(TINY, "--run_mode", "train", "--output_dir", str(folder / "output"), "--force",
+                                "--train_dataset_dir", str(folder / "data" / "llama_tiny.mindrecord"))
 
     done, folder = run_once(tmp_path_factory, "launcher-llama_tiny", command, env=launcher_env(**POOL_LOG), timeout=600)
     return done, folder / "output", folder / "data" / "llama_tiny.mindrecord"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from full_disk import fill, full_disk_env
-from launching import launcher_env
+from launching import launcher_command, launcher_env
 from processes import only_child
 from shared_runs import llama_tiny_trained
 
@@ -24,8 +24,7 @@ PREFIX = "run_mindformer_memopt.py: "
 
 
 def _launch(tmp_path: Path, *extra: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    command = [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(TINY), "--run_mode", "train",
-               *extra]
+    command = launcher_command(TINY, "--run_mode", "train", *extra)
     return subprocess.run(command, cwd=tmp_path, env=launcher_env(), capture_output=True, text=True, timeout=timeout)
 
 
@@ -99,8 +98,8 @@ def test_resuming_from_a_truncated_checkpoint_names_it_and_the_one_before(tmp_pa
 
 
 def test_a_killed_training_process_is_reported_dead_with_its_step(tmp_path):
-    command = [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(TINY), "--run_mode", "train",
-               "--output_dir", str(tmp_path / "out"), "--train_dataset_dir", str(_tokens(tmp_path))]
+    command = launcher_command(TINY, "--run_mode", "train", "--output_dir", str(tmp_path / "out"),
+                               "--train_dataset_dir", str(_tokens(tmp_path)))
     # a process whose command line looks like a training child's, started first: only the launcher's own is killed
     decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "mf_memopt.runtime.launch"])
     try:
@@ -127,8 +126,8 @@ def test_a_disk_that_fills_during_training_stops_it_in_one_line_and_removes_the_
     from mf_memopt.runtime.failures import mount_point
 
     output = tmp_path / "out"
-    command = [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(TINY), "--run_mode", "train",
-               "--output_dir", str(output), "--train_dataset_dir", str(_tokens(tmp_path))]
+    command = launcher_command(TINY, "--run_mode", "train", "--output_dir", str(output), "--train_dataset_dir",
+                               str(_tokens(tmp_path)))
     launcher = subprocess.Popen(command, cwd=tmp_path, env=full_disk_env(launcher_env(), tmp_path / "hooks", output),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in launcher.stdout:

@@ -5,12 +5,11 @@ CPU are refused; a pipeline config on CPU stops before anything is built or writ
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from launching import launcher_env
+from launching import launcher_command, launcher_env
 
 from mf_memopt.cli import main
 from mf_memopt.compare import _runtime
@@ -41,8 +40,7 @@ def _variant(tmp_path: Path, *, device: str | None, stages: int = 1) -> Path:
 
 
 def _launch(config: Path, cwd: Path, *extra: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(config), "--run_mode",
-               "train", "--output_dir", str(cwd / "out"), *extra]
+    command = launcher_command(config, "--run_mode", "train", "--output_dir", str(cwd / "out"), *extra)
     return subprocess.run(command, cwd=cwd, env=launcher_env(), capture_output=True, text=True, timeout=600)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from launching import POOL_LOG, launcher_env
+from launching import POOL_LOG, launcher_command, launcher_env
 from shared_runs import verify_shipped
 
 from mf_memopt.estimate.measure import CPU_PEAK
@@ -30,9 +30,9 @@ RECOMPUTE = {"none": {"recompute": False, "select_recompute": False},
 
 def _launch(config: Path, output: Path, steps: int) -> subprocess.CompletedProcess:
     env = launcher_env(**POOL_LOG)
-    done = subprocess.run([sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(config),
-                           "--run_mode", "train", "--train_steps", str(steps), "--output_dir", str(output),
-                           "--train_dataset_dir", str(output / "data" / "tokens.mindrecord")],
+    done = subprocess.run(launcher_command(config, "--run_mode", "train", "--train_steps", str(steps),
+                                           "--output_dir", str(output),
+                                           "--train_dataset_dir", str(output / "data" / "tokens.mindrecord")),
                           capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from launching import POOL_LOG, launcher_env
+from launching import POOL_LOG, launcher_command, launcher_env
 
 from mf_memopt.estimate import estimate_config
 from mf_memopt.estimate.measure import CPU_PEAK
@@ -41,9 +41,9 @@ def _run(base: Path, recompute: str, tmp: str) -> tuple[int, dict[int, float], s
     config = Path(tmp) / f"{base.stem}_{recompute}.yaml"
     config.write_text(yaml.safe_dump(data, sort_keys=False))
     output = Path(tmp) / f"{base.stem}_{recompute}"
-    done = subprocess.run([sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(config),
-                           "--run_mode", "train", "--train_steps", "3", "--output_dir", str(output),
-                           "--train_dataset_dir", str(output / "data" / "tokens.mindrecord")],
+    done = subprocess.run(launcher_command(config, "--run_mode", "train", "--train_steps", "3",
+                                           "--output_dir", str(output),
+                                           "--train_dataset_dir", str(output / "data" / "tokens.mindrecord")),
                           capture_output=True, text=True, timeout=900, cwd=ROOT,
                           env=launcher_env(**POOL_LOG))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

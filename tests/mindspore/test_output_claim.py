@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from launching import launcher_env
+from launching import launcher_command, launcher_env
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "llama_tiny.yaml"
 
 
 def _command(config: Path, output: Path, *extra: str) -> list[str]:
-    return [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(config), "--run_mode", "train",
-            "--output_dir", str(output), *extra]
+    return launcher_command(config, "--run_mode", "train", "--output_dir", str(output), *extra)
 
 
 def _wait_for_holder(lock: Path, run: subprocess.Popen, timeout: float = 300) -> None:

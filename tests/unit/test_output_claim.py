@@ -6,14 +6,13 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from full_disk import fill, full_disk_env
-from launching import launcher_env
+from launching import launcher_command, launcher_env
 from mf_memopt.runtime import claim as claims
 from mf_memopt.runtime.claim import NoRoom, OutputInUse, check_room, claim_output_dir
 
@@ -65,8 +64,7 @@ def test_the_room_needed_counts_every_rank_that_writes_there(tmp_path, monkeypat
 
 
 def _command(config: Path, output: Path, *extra: str) -> list[str]:
-    return [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(config), "--run_mode", "train",
-            "--output_dir", str(output), *extra]
+    return launcher_command(config, "--run_mode", "train", "--output_dir", str(output), *extra)
 
 
 def test_a_full_disk_is_one_short_answer_naming_the_directory(tmp_path):
