@@ -23,7 +23,7 @@ cp -r pyproject.toml README.md mf_memopt "$work/src/"
 find "$work/src" -name __pycache__ -prune -exec rm -rf {} +
 .venv/bin/python -m pip wheel "${pip_quiet[@]}" --no-deps -w "$work/dist" "$work/src"
 wheel=$(ls "$work"/dist/mf_memopt-*.whl)
-.venv/bin/python "$root/tests/wheel_contents.py" "$wheel" "$root/mf_memopt"
+.venv/bin/python "$root/tests/children/wheel_check.py" "$wheel" "$root/mf_memopt"
 
 base_python=$(.venv/bin/python -c 'import sys; print(sys._base_executable)')
 .venv/bin/uv venv --quiet --seed --python "$base_python" "$work/venv"
@@ -34,7 +34,7 @@ tests=$(.venv/bin/python -m pip freeze 2>/dev/null |
         grep -iE '^(matplotlib|numpy|scipy|contourpy|cycler|fonttools|kiwisolver|packaging|pillow|pyparsing|python-dateutil|six|pytest|pytest-xdist|execnet|iniconfig|pluggy|pygments|hypothesis|sortedcontainers|attrs)==')
 # shellcheck disable=SC2086
 "${install[@]}" "$wheel" $light
-.venv/bin/python "$root/tests/wheel_contents.py" --requirements "$wheel"
+.venv/bin/python "$root/tests/children/wheel_check.py" --requirements "$wheel"
 
 cd "$work"  # outside the checkout: only the installed package can be imported
 location=$("$work/venv/bin/python" -c 'import mf_memopt; print(mf_memopt.__file__)')

@@ -5,7 +5,10 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("GLOG_v", "3")  # keep MindSpore quiet
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/: the shared helpers (fakes.py, children.py, ...)
+# tests/helpers/ is on sys.path: its modules (fakes.py, launching.py, ...) are imported by name. tests/ is not, so
+# that none of its folders (helpers/, children/, unit/, mindspore/, ...) becomes an import name. The scripts in
+# tests/children/ are run by path; those that import a helper put tests/helpers/ on their own sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "helpers"))
 # benchmarks/ (the sweep's records) is imported from the checkout; appended, so that an installed mf_memopt
 # (scripts/check_wheel.sh runs this tier against the wheel) is not shadowed by the checkout's.
 sys.path.append(str(Path(__file__).resolve().parents[1]))

@@ -93,7 +93,7 @@ def assemble(document: Document, plan: Plan, overrides: Overrides, *, build_for:
     """Everything `prepare` does after the checks: the dataset, the context, the model, the applied plan.
 
     `build_for` is the device the model is built and marked for when it is not the context's: the test of the
-    pipeline path (`tests/pipeline_precompile.py`) builds for Ascend on CPU, up to MindSpore's compile."""
+    pipeline path (`tests/children/pipeline_precompile.py`) builds for Ascend on CPU, up to MindSpore's compile."""
     source = document.source
     use_parallel = _parallel(source, overrides)
     workers = msrun_workers()

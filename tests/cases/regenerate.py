@@ -2,13 +2,13 @@
 
 Review the diff before committing it: the golden files are the expected behaviour. A new case is a folder
 tests/cases/<family>/<case>/ with its config.yaml, or a case.json naming a config shipped under configs/
-(tests/golden_cases.py).
+(tests/helpers/golden_cases.py).
 """
 
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: golden_cases.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "helpers"))  # golden_cases.py
 from golden_cases import ROOT, cases, dump, family_of_case, peaks_of, plan_of  # noqa: E402
 
 for case in cases():

@@ -6,17 +6,12 @@ object between the layers; mf_memopt's build copies it per layer, apply does not
 from __future__ import annotations
 
 import logging
-import sys
-from pathlib import Path
 
 import pytest
+from mcore_differential import build, document, marks
 
 from mf_memopt import apply_plan, load_plan
 from mf_memopt.document.errors import ConfigError
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
-from mcore_differential import build, document, marks  # noqa: E402
-
 
 
 def _state(network) -> dict[str, tuple[int, dict]]:

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from children import only_child
 from full_disk import fill, full_disk_env
+from launching import launcher_command, launcher_env
+from processes import only_child
 from shared_runs import llama_tiny_trained
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,14 +23,9 @@ TINY = ROOT / "configs" / "llama_tiny.yaml"
 PREFIX = "run_mindformer_memopt.py: "
 
 
-def _env() -> dict:
-    return {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(ROOT)}
-
-
 def _launch(tmp_path: Path, *extra: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    command = [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(TINY), "--run_mode", "train",
-               *extra]
-    return subprocess.run(command, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=timeout)
+    command = launcher_command(TINY, "--run_mode", "train", *extra)
+    return subprocess.run(command, cwd=tmp_path, env=launcher_env(), capture_output=True, text=True, timeout=timeout)
 
 
 def _tokens(tmp_path: Path, name: str = "tokens.mindrecord") -> Path:
@@ -102,13 +98,13 @@ def test_resuming_from_a_truncated_checkpoint_names_it_and_the_one_before(tmp_pa
 
 
 def test_a_killed_training_process_is_reported_dead_with_its_step(tmp_path):
-    command = [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(TINY), "--run_mode", "train",
-               "--output_dir", str(tmp_path / "out"), "--train_dataset_dir", str(_tokens(tmp_path))]
+    command = launcher_command(TINY, "--run_mode", "train", "--output_dir", str(tmp_path / "out"),
+                               "--train_dataset_dir", str(_tokens(tmp_path)))
     # a process whose command line looks like a training child's, started first: only the launcher's own is killed
     decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "mf_memopt.runtime.launch"])
     try:
-        launcher = subprocess.Popen(command, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True)
+        launcher = subprocess.Popen(command, cwd=tmp_path, env=launcher_env(), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
         for line in launcher.stdout:
             if "step:[    3/" in line:
                 os.kill(only_child(launcher.pid), signal.SIGKILL)
@@ -130,9 +126,9 @@ def test_a_disk_that_fills_during_training_stops_it_in_one_line_and_removes_the_
     from mf_memopt.runtime.failures import mount_point
 
     output = tmp_path / "out"
-    command = [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(TINY), "--run_mode", "train",
-               "--output_dir", str(output), "--train_dataset_dir", str(_tokens(tmp_path))]
-    launcher = subprocess.Popen(command, cwd=tmp_path, env=full_disk_env(_env(), tmp_path / "hooks", output),
+    command = launcher_command(TINY, "--run_mode", "train", "--output_dir", str(output), "--train_dataset_dir",
+                               str(_tokens(tmp_path)))
+    launcher = subprocess.Popen(command, cwd=tmp_path, env=full_disk_env(launcher_env(), tmp_path / "hooks", output),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in launcher.stdout:
         if "step:[    2/" in line:

@@ -4,13 +4,12 @@ CPU are refused; a pipeline config on CPU stops before anything is built or writ
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from launching import launcher_command, launcher_env
 
 from mf_memopt.cli import main
 from mf_memopt.compare import _runtime
@@ -40,14 +39,9 @@ def _variant(tmp_path: Path, *, device: str | None, stages: int = 1) -> Path:
     return path
 
 
-def _env() -> dict:
-    return {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(ROOT)}
-
-
 def _launch(config: Path, cwd: Path, *extra: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(config), "--run_mode",
-               "train", "--output_dir", str(cwd / "out"), *extra]
-    return subprocess.run(command, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600)
+    command = launcher_command(config, "--run_mode", "train", "--output_dir", str(cwd / "out"), *extra)
+    return subprocess.run(command, cwd=cwd, env=launcher_env(), capture_output=True, text=True, timeout=600)
 
 
 def _one_line(text: str) -> str:
@@ -119,8 +113,8 @@ def test_msrun_stops_a_pipeline_config_on_cpu_before_starting_workers(tmp_path):
     config = _variant(tmp_path, device="CPU", stages=2)
     command = f"{ROOT / 'run_mindformer_memopt.py'} --config {config} --run_mode train --use_parallel True"
     done = subprocess.run(["bash", str(ROOT / "scripts" / "msrun_launcher.sh"), command, "2", "8139",
-                           str(tmp_path / "msrun"), "True", "60"], cwd=tmp_path, env=_env(), capture_output=True,
-                          text=True, timeout=600)
+                           str(tmp_path / "msrun"), "True", "60"], cwd=tmp_path, env=launcher_env(),
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 1
     assert PIPELINE_ON_CPU in _one_line(done.stderr)
     assert not (tmp_path / "msrun").exists() and not (tmp_path / "output").exists()

@@ -1,6 +1,6 @@
 """A tiny Qwen3 and a tiny TeleChat3 (mcore), each built twice per case: MindFormers applying the sections itself (its mcore
 LayerSetting, swap in its own `model_config` spelling) and mf_memopt applying its plan to the model built
-with that handling off (`mcore_differential.py`, in a child process). Every cell and primitive of the decoder
+with that handling off (`tests/children/mcore_builds.py`, in a child process). Every cell and primitive of the decoder
 layers must carry the same recompute, recompute_comm_op, offload and backward_prefetch marks, except where
 the semantics differ on purpose; those cases assert the difference."""
 
@@ -26,7 +26,7 @@ OWN = {f"layers.{index}.{path}": {"recompute": True} for index in range(4)
 
 @cache
 def _results() -> dict:
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "mcore_differential.py")], capture_output=True,
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "children" / "mcore_builds.py")], capture_output=True,
                           text=True, timeout=900, cwd=ROOT, env={**os.environ, "GLOG_v": "3"})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -1,5 +1,5 @@
 """A tiny Qwen3-MoE (router, 4 experts, top-2) built twice per case: MindFormers applying the sections itself (its
-mcore LayerSetting) and mf_memopt applying its plan (`mcore_differential.py --model qwen3_moe`, in a child
+mcore LayerSetting) and mf_memopt applying its plan (`mcore_builds.py --model qwen3_moe`, in a child
 process). Every cell and primitive of the decoder layers carries the same marks, except where MindFormers'
 handling goes wrong; those cases assert what it does and what mf_memopt does instead."""
 
@@ -36,8 +36,9 @@ OWN = {**{f"layers.{i}.{path}": {"recompute": True} for i in LAYERS
 @cache
 def _differential(model: str, *cases: str) -> dict:
     """{case: {"theirs", "ours", "off"}} for `model`, the cases built in this order in one child process."""
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "mcore_differential.py"), "--model", model, *cases],
-                          capture_output=True, text=True, timeout=900, cwd=ROOT, env={**os.environ, "GLOG_v": "3"})
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "children" / "mcore_builds.py"), "--model", model,
+                           *cases], capture_output=True, text=True, timeout=900, cwd=ROOT,
+                          env={**os.environ, "GLOG_v": "3"})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])[model]
 

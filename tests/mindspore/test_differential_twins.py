@@ -1,9 +1,9 @@
 """The tiny twins of the pipeline YAMLs MindFormers 1.9 ships (Qwen3 32B, Qwen3-30B-A3B, TeleChat3 36B, DeepSeek-V3
 671B and 12B) and of the project's legacy Llama pipeline configs, built on CPU with MindFormers' own stage
-assignment (`pipeline_twins.py`, in a child process): mf_memopt's marks equal MindFormers' `LayerSetting`'s on every
-cell and primitive of the decoder and MTP layers, `pipeline_stage` included, except where a documented rule says
-otherwise (`mf_memopt/config/differences.py`, docs/configuration.md); each such difference is asserted here, and
-`validate` reports it."""
+assignment (`tests/children/twin_builds.py`, in a child process): mf_memopt's marks equal MindFormers'
+`LayerSetting`'s on every cell and primitive of the decoder and MTP layers, `pipeline_stage` included, except where a
+documented rule says otherwise (`mf_memopt/config/differences.py`, docs/configuration.md); each such difference is
+asserted here, and `validate` reports it."""
 
 from __future__ import annotations
 
@@ -14,23 +14,20 @@ import sys
 from functools import cache
 from pathlib import Path
 
+import pipeline_twins
 import pytest
 
 from mf_memopt import load_plan
 
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
-
-import pipeline_twins  # noqa: E402  (the tests folder is not a package)
-
 TWINS = [*pipeline_twins.MCORE, *pipeline_twins.VARIANTS, *pipeline_twins.LEGACY]
 
 
 @cache
 def _results(names: tuple[str, ...]) -> dict:
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "pipeline_twins.py"), *names], capture_output=True,
-                          text=True, timeout=1800, cwd=ROOT, env={**os.environ, "GLOG_v": "3"})
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "children" / "twin_builds.py"), *names],
+                          capture_output=True, text=True, timeout=1800, cwd=ROOT, env={**os.environ, "GLOG_v": "3"})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

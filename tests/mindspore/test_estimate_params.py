@@ -1,7 +1,7 @@
 """The estimator's parameter counts equal the models MindFormers builds: every decoder layer of a tiny Qwen3,
 Qwen3-MoE and DeepSeek-V3 (a dense first layer, multi-latent attention, MoE layers with a shared expert), its MTP
 layer, and the rest (embedding, final norm, output head). Counted from the built networks' trainable parameters
-(`mcore_differential.py --params`, in a child process: an mcore build switches MindFormers' process-wide context)."""
+(`mcore_builds.py --params`, in a child process: an mcore build switches MindFormers' process-wide context)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ MODELS = ("qwen3", "qwen3_moe", "deepseek3")
 
 @cache
 def _built() -> dict:
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "mcore_differential.py"), "--params", *MODELS],
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "children" / "mcore_builds.py"), "--params", *MODELS],
                           capture_output=True, text=True, timeout=900, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT), "GLOG_v": "3"})
     assert done.returncode == 0, done.stderr[-3000:]

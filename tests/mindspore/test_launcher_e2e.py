@@ -8,13 +8,13 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from functools import cache
 from pathlib import Path
 
 import pytest
 import yaml
-from shared_runs import POOL_LOG, llama_tiny_trained
+from launching import POOL_LOG, launcher_command, launcher_env
+from shared_runs import llama_tiny_trained
 
 from mf_memopt.runs.measure import CPU_PEAK
 
@@ -53,12 +53,10 @@ def _work(tmp_path_factory):
     assert sorted(_checkout() - before) == []
 
 
-def _launch(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-    """The launcher, run in `cwd` (the module's directory by default); a relative --config is the checkout's."""
-    environment = {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(ROOT), **(env or {})}
-    args = tuple(str(ROOT / arg) if index and args[index - 1] == "--config" else arg for index, arg in enumerate(args))
-    return subprocess.run([sys.executable, str(ROOT / "run_mindformer_memopt.py"), *args], cwd=cwd or WORK,
-                          env=environment, capture_output=True, text=True, timeout=600)
+def _launch(config: str, *args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The launcher on `config` (relative: the checkout's), run in `cwd` (default: the module's directory)."""
+    return subprocess.run(launcher_command(ROOT / config, *args), cwd=cwd or WORK, env=launcher_env(**(env or {})),
+                          capture_output=True, text=True, timeout=600)
 
 
 def _tokens(config: str) -> str:
@@ -69,7 +67,7 @@ def _tokens(config: str) -> str:
 def _trained(config: str, steps: int = 2) -> tuple[subprocess.CompletedProcess, Path]:
     output = WORK / f"{Path(config).stem}-{steps}"
     shutil.rmtree(output, ignore_errors=True)              # checkpoints of an earlier session would add up
-    done = _launch("--config", config, "--run_mode", "train", "--train_steps", str(steps), "--output_dir",
+    done = _launch(config, "--run_mode", "train", "--train_steps", str(steps), "--output_dir",
                    str(output), "--force", "--train_dataset_dir", _tokens(config))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done, output
@@ -123,7 +121,7 @@ def test_harmless_mindformers_warnings_are_one_line_on_the_console_and_kept_in_t
 
 def test_resume_from_a_checkpoint_continues_where_the_run_was(default):
     full, output, tokens = default
-    resumed = _launch("--config", "configs/llama_tiny.yaml", "--output_dir", str(WORK / "resumed"), "--force",
+    resumed = _launch("configs/llama_tiny.yaml", "--output_dir", str(WORK / "resumed"), "--force",
                       "--train_dataset_dir", str(tokens), "--train_steps", "2",
                       "--load_checkpoint", str(output / "checkpoint"),
                       "--resume_training", "llama_tiny_rank_0-1_8.ckpt")
@@ -139,7 +137,7 @@ def test_recompute_lowers_the_pool_peak_on_the_training_path(tmp_path, default):
     document["recompute_config"]["select_recompute"] = False
     config = tmp_path / "no_recompute.yaml"
     config.write_text(yaml.safe_dump(document))
-    plain = _launch("--config", str(config), "--output_dir", str(tmp_path / "out"), "--train_steps", "1",
+    plain = _launch(str(config), "--output_dir", str(tmp_path / "out"), "--train_steps", "1",
                     "--train_dataset_dir", str(tokens), env=POOL_LOG)
     assert plain.returncode == 0, plain.stdout[-3000:] + plain.stderr[-3000:]
     assert _peak(recomputed) < 0.8 * _peak(plain)
@@ -184,13 +182,13 @@ def test_default_swap_strategy_runs_on_cpu_with_the_same_numbers():
 
 
 def test_other_run_modes_are_refused(tmp_path):
-    done = _launch("--config", "configs/llama_tiny.yaml", "--run_mode", "predict", cwd=tmp_path)
+    done = _launch("configs/llama_tiny.yaml", "--run_mode", "predict", cwd=tmp_path)
     assert done.returncode == 2
     assert "--run_mode predict is not supported: this launcher trains (--run_mode train)" in done.stderr
 
 
 def test_config_errors_stop_before_training(tmp_path):
-    done = _launch("--config", str(ROOT / "tests/data/invalid/negative_count.yaml"), cwd=tmp_path)
+    done = _launch(str(ROOT / "tests/data/invalid/negative_count.yaml"), cwd=tmp_path)
     assert done.returncode == 1
     assert done.stderr.endswith("recompute_config.recompute[0]: must be >= 0, got -1 (expected a layer count "
                                 "(integer >= 0, or true for all, false for none))\n")
@@ -202,7 +200,7 @@ def test_a_pattern_missing_from_the_model_stops_before_anything_is_set(tmp_path)
         "  select_comm_recompute: False", "  select_comm_recompute: True   # .*\\.norm: no such primitive on CPU")
     config = tmp_path / "comm.yaml"
     config.write_text(text)
-    done = _launch("--config", str(config), "--output_dir", str(tmp_path / "out"), cwd=tmp_path)
+    done = _launch(str(config), "--output_dir", str(tmp_path / "out"), cwd=tmp_path)
     assert done.returncode == 1
     first = done.stderr.splitlines()[0]
     assert first.startswith(f"{config}:")
@@ -215,7 +213,7 @@ def test_a_pattern_missing_from_the_model_stops_before_anything_is_set(tmp_path)
 
 
 def test_a_pipeline_config_for_ascend_stops_here_naming_ascend(tmp_path):
-    done = _launch("--config", str(ROOT / "configs/planning/interleave_48l_pp5.yaml"), cwd=tmp_path)
+    done = _launch(str(ROOT / "configs/planning/interleave_48l_pp5.yaml"), cwd=tmp_path)
     assert done.returncode == 1
     assert "context.device_target is Ascend (MindFormers' default: context.device_target is not set), and this " \
            "MindSpore cannot load it" in done.stderr

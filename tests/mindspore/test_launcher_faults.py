@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from children import only_child
 from launching import ROOT, TINY, launch, launcher_command, launcher_env
+from processes import only_child
 
 
 def _variant(tmp_path: Path, old: str, new: str) -> Path:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 
-CHECK = Path(__file__).resolve().parents[1] / "mcore_kernel_check.py"
+CHECK = Path(__file__).resolve().parents[1] / "children" / "mcore_kernel_check.py"
 
 
 def test_the_stand_ins_agree_with_numpy():

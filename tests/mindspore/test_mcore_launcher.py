@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from launching import POOL_LOG, launcher_command, launcher_env
 from shared_runs import verify_shipped
 
 from mf_memopt.runs.measure import CPU_PEAK
@@ -22,17 +23,16 @@ from mf_memopt.runs.measure import CPU_PEAK
 ROOT = Path(__file__).resolve().parents[2]
 QWEN3 = ROOT / "configs" / "qwen3_tiny.yaml"
 LOSS = re.compile(r"step:\[\s*(\d+)/\s*\d+\], loss:\[([\d.]+)/")
-POOL_LOG = {"GLOG_v": "2", "MS_SUBMODULE_LOG_v": "{PRE_ACT:1}"}
 RECOMPUTE = {"none": {"recompute": False, "select_recompute": False},
              "full": {"recompute": True, "select_recompute": False},
              "mlp": {"recompute": False, "select_recompute": {"mlp": True}}}
 
 
 def _launch(config: Path, output: Path, steps: int) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), **POOL_LOG}
-    done = subprocess.run([sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(config),
-                           "--run_mode", "train", "--train_steps", str(steps), "--output_dir", str(output),
-                           "--train_dataset_dir", str(output / "data" / "tokens.mindrecord")],
+    env = launcher_env(**POOL_LOG)
+    done = subprocess.run(launcher_command(config, "--run_mode", "train", "--train_steps", str(steps),
+                                           "--output_dir", str(output),
+                                           "--train_dataset_dir", str(output / "data" / "tokens.mindrecord")),
                           capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done

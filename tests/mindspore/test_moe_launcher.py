@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from launching import POOL_LOG, launcher_command, launcher_env
 
 from mf_memopt.estimate import estimate_config
 from mf_memopt.runs.measure import CPU_PEAK
@@ -23,7 +24,6 @@ ROOT = Path(__file__).resolve().parents[2]
 MOE = ROOT / "configs" / "qwen3_moe_tiny.yaml"
 DEEPSEEK = ROOT / "configs" / "deepseek3_tiny.yaml"
 LOSS = re.compile(r"step:\[\s*(\d+)/\s*\d+\], loss:\[([\d.]+)/")
-POOL_LOG = {"GLOG_v": "2", "MS_SUBMODULE_LOG_v": "{PRE_ACT:1}"}      # MindSpore prints the pool peak
 OFF = {"recompute": False, "select_recompute": False, "select_comm_recompute": False}
 RECOMPUTE = {"none": OFF, "full": {**OFF, "recompute": True},
              "mlp": {**OFF, "select_recompute": {"mlp": True}},
@@ -41,11 +41,11 @@ def _run(base: Path, recompute: str, tmp: str) -> tuple[int, dict[int, float], s
     config = Path(tmp) / f"{base.stem}_{recompute}.yaml"
     config.write_text(yaml.safe_dump(data, sort_keys=False))
     output = Path(tmp) / f"{base.stem}_{recompute}"
-    done = subprocess.run([sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(config),
-                           "--run_mode", "train", "--train_steps", "3", "--output_dir", str(output),
-                           "--train_dataset_dir", str(output / "data" / "tokens.mindrecord")],
+    done = subprocess.run(launcher_command(config, "--run_mode", "train", "--train_steps", "3",
+                                           "--output_dir", str(output),
+                                           "--train_dataset_dir", str(output / "data" / "tokens.mindrecord")),
                           capture_output=True, text=True, timeout=900, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **POOL_LOG})
+                          env=launcher_env(**POOL_LOG))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     peaks = CPU_PEAK.findall(done.stdout + done.stderr)
     assert peaks, "MindSpore printed no memory-pool peak"

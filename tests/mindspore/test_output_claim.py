@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
+
+from launching import launcher_command, launcher_env
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "llama_tiny.yaml"
 
 
 def _command(config: Path, output: Path, *extra: str) -> list[str]:
-    return [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(config), "--run_mode", "train",
-            "--output_dir", str(output), *extra]
-
-
-def _env() -> dict:
-    return {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(ROOT)}
+    return launcher_command(config, "--run_mode", "train", "--output_dir", str(output), *extra)
 
 
 def _wait_for_holder(lock: Path, run: subprocess.Popen, timeout: float = 300) -> None:
@@ -34,11 +29,11 @@ def _wait_for_holder(lock: Path, run: subprocess.Popen, timeout: float = 300) ->
 def test_the_second_of_two_runs_on_one_directory_stops_and_the_first_keeps_its_work(tmp_path):
     output = tmp_path / "out"
     dataset = ["--train_dataset_dir", str(tmp_path / "tokens.mindrecord")]
-    first = subprocess.Popen(_command(TINY, output, *dataset), cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+    first = subprocess.Popen(_command(TINY, output, *dataset), cwd=tmp_path, env=launcher_env(), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     _wait_for_holder(output / ".mf_memopt.rank0.lock", first)
     began = time.monotonic()
-    second = subprocess.run(_command(TINY, output, *dataset), cwd=tmp_path, env=_env(), capture_output=True,
+    second = subprocess.run(_command(TINY, output, *dataset), cwd=tmp_path, env=launcher_env(), capture_output=True,
                             text=True, timeout=300)
     assert second.returncode == 1 and time.monotonic() - began < 15
     assert second.stderr.splitlines()[-1].startswith(f"run_mindformer_memopt.py: output directory {output} is in "

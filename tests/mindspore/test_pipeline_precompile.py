@@ -11,7 +11,6 @@ would have compiled, and what verify would read from it.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from mf_memopt.verify.pipeline import compile_env, stage_layers
 
 
 ROOT = Path(__file__).resolve().parents[2]
-HARNESS = ROOT / "tests" / "pipeline_precompile.py"
+HARNESS = ROOT / "tests" / "children" / "pipeline_precompile.py"
 
 
 def _llama_pp2(tmp_path: Path) -> Path:
@@ -63,8 +62,7 @@ def _deepseek_pp2_interleaved(tmp_path: Path, scheduler: str) -> Path:
 
 def _run_workers(config: Path, tmp_path: Path) -> list[dict]:
     """The two workers, started with verify's msrun command and environment (its IR directory: tmp_path/ir)."""
-    env = {**compile_env(tmp_path / "ir"), "GLOG_v": "3",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    env = {**compile_env(tmp_path / "ir"), "GLOG_v": "3", "PYTHONPATH": str(ROOT)}
     out = tmp_path / "out"
     out.mkdir()
     command = msrun_command(2, tmp_path / "msrun", ["python", str(HARNESS), str(config), str(out)])

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from children import alive
 from mf_memopt.runtime.child import GRACE_SECONDS, Stopped, run_owned
+from processes import alive
 
 # A child that ignores SIGTERM (as a training step busy in a kernel may, for longer than the grace period) and
 # says so by writing its pid.

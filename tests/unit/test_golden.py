@@ -2,7 +2,7 @@
 `estimate --json` prints, checked against reviewed files.
 
 After an intended change, run `python tests/cases/regenerate.py` and review the diff; a new case is a new folder
-(tests/golden_cases.py says what it holds).
+(tests/helpers/golden_cases.py says what it holds).
 """
 
 from __future__ import annotations

@@ -6,13 +6,13 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from full_disk import fill, full_disk_env
+from launching import launcher_command, launcher_env
 from mf_memopt.runtime import claim as claims
 from mf_memopt.runtime.claim import NoRoom, OutputInUse, check_room, claim_output_dir
 
@@ -64,19 +64,15 @@ def test_the_room_needed_counts_every_rank_that_writes_there(tmp_path, monkeypat
 
 
 def _command(config: Path, output: Path, *extra: str) -> list[str]:
-    return [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config", str(config), "--run_mode", "train",
-            "--output_dir", str(output), *extra]
-
-
-def _env() -> dict:
-    return {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(ROOT)}
+    return launcher_command(config, "--run_mode", "train", "--output_dir", str(output), *extra)
 
 
 def test_a_full_disk_is_one_short_answer_naming_the_directory(tmp_path):
     output = tmp_path / "out"
     fill(output)
-    done = subprocess.run(_command(TINY, output), cwd=tmp_path, env=full_disk_env(_env(), tmp_path / "hooks", output),
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(_command(TINY, output), cwd=tmp_path,
+                          env=full_disk_env(launcher_env(), tmp_path / "hooks", output), capture_output=True, text=True,
+                          timeout=300)
     lines = (done.stdout + done.stderr).splitlines()
     assert done.returncode == 1 and len(lines) <= 20, lines
     assert "Traceback" not in done.stderr

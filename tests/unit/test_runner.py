@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from children import alive
 from mf_memopt.runs.runner import ChildFailed, child_command, compile_graph, train, yaml_dataset
+from processes import alive
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "llama_tiny.yaml"

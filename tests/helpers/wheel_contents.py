@@ -1,15 +1,12 @@
-"""Check a built wheel.
+"""What a built wheel lacks: the package files it leaves out (`missing_files`) and the runtime requirements it
+declares that the running environment does not meet (`unmet_requirements`).
 
-`python tests/wheel_contents.py WHEEL mf_memopt/`: every .py, .json and .cpp file under the package
-directory must be in the wheel (a subpackage left out of the packaging config shows up here).
-`python tests/wheel_contents.py --requirements WHEEL`: every runtime dependency the wheel
-declares is installed, at a matching version, in the running environment.
-Both exit 1 and say what is wrong.
+scripts/check_wheel.sh checks the wheel it builds with them (`python tests/children/wheel_check.py`);
+tests/unit/test_packaging.py checks a wheel of its own.
 """
 
 from __future__ import annotations
 
-import sys
 import zipfile
 from pathlib import Path
 
@@ -43,12 +40,3 @@ def unmet_requirements(wheel: Path) -> list[str]:
             unmet.append(f"{requirement} but {version} is installed")
     return unmet
 
-
-if __name__ == "__main__":
-    if sys.argv[1] == "--requirements":
-        problems = [f"wheel requirement not met: {text}" for text in unmet_requirements(Path(sys.argv[2]))]
-    else:
-        problems = [f"missing from the wheel: {name}" for name in missing_files(Path(sys.argv[1]), Path(sys.argv[2]))]
-    for problem in problems:
-        print(problem, file=sys.stderr)
-    sys.exit(1 if problems else 0)

@@ -1,16 +1,13 @@
 """Tiny twins of the pipeline YAMLs MindFormers 1.9 ships (`site-packages/configs/`), and of the project's legacy
-Llama pipeline configs (`configs/planning/`), each built twice on CPU with MindFormers' own stage assignment: by
-MindFormers applying the YAML's sections itself (its `LayerSetting`), and by mf_memopt (MindFormers' handling off,
-then `apply_plan`). Prints, as one JSON line, {twin: {"theirs": marks, "ours": marks, "stages": {layer: the stage
-mf_memopt's plan gives it}}}.
-
-    python tests/pipeline_twins.py [TWIN ...]
+Llama pipeline configs (`configs/planning/`), built on CPU with MindFormers' own stage assignment: by MindFormers
+applying the YAML's sections itself (its `LayerSetting`), or with that handling off for mf_memopt's plan (`build`);
+`marks` reads what a built twin carries.
 
 A twin is made by `twin()` from the shipped file itself, so it follows MindFormers' YAML: the shapes shrink and
 tensor, expert and data parallelism become 1 (one process builds it); the pipeline stages, the micro-batches, the
 interleave and scheduler, the offsets, the MTP layers, the dense first layers, `recompute_config` and `swap_config`
 stay. The layer count shrinks to the fewest layers that keep every offset valid (each stage chunk keeps at least
-one layer). Run by tests/mindspore/test_differential_twins.py in a child process (a build switches MindFormers'
+one layer). tests/children/twin_builds.py builds them in a child process (a build switches MindFormers'
 process-wide context).
 """
 
@@ -18,17 +15,11 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-import json
 import logging
-import os
-import sys
-import tempfile
 from pathlib import Path
 from mf_memopt.apply.family import backend_of
 
-os.environ.setdefault("GLOG_v", "3")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 WHEEL = Path(importlib.util.find_spec("mindformers").origin).parents[1] / "configs"
 MCORE = {"qwen3_32b": "qwen3/pretrain_qwen3_32b_4k.yaml",
@@ -193,31 +184,3 @@ def marks(network) -> dict:
         cell_marks(layer, label, found, MARKS)
         found.setdefault(label, {})["pipeline_stage"] = int(layer.pipeline_stage)
     return found
-
-
-def run(name: str, work: str) -> dict:
-    from mf_memopt import apply_plan, load_plan
-    from mf_memopt.runtime.build import unshare_layers
-
-    data = twin(shipped(name), work)
-    theirs = marks(build(data, ours=False))
-    network = build(data, ours=True)
-    plan = load_plan(data)
-    unshare_layers(network, plan.family, lambda line: print(line, file=sys.stderr))   # as mf_memopt's build does
-    apply_plan(plan, network, device_target="CPU")
-    return {"theirs": theirs, "ours": marks(network), "stages": {layer.layer: layer.stage for layer in plan.layers}}
-
-
-def main(argv: list[str]) -> int:
-    work = tempfile.TemporaryDirectory(prefix="mf_memopt_twins_")
-    results = {}
-    for name in argv or [*MCORE, *VARIANTS, *LEGACY]:
-        print(f"twin {name}", file=sys.stderr)
-        results[name] = run(name, work.name)
-    work.cleanup()
-    print(json.dumps(results))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

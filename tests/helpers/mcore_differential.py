@@ -1,28 +1,17 @@
-"""A tiny Qwen3 and a tiny TeleChat3, each built twice per case: by MindFormers applying the YAML's sections
-itself (its mcore `LayerSetting`), and by mf_memopt (MindFormers' handling off, then `apply_plan`). Prints, as
-one JSON line, {model: {case: {"theirs": marks, "ours": marks, "off": marks of the model before mf_memopt
-applied its plan}}}.
+"""The tiny mcore models (Qwen3, TeleChat3, Qwen3-MoE, DeepSeek-V3) and the cases of the mcore differential tests:
+a case's YAML (`document`), the model built from it by MindFormers applying the YAML's sections itself (its mcore
+`LayerSetting`) or with that handling off for mf_memopt's plan (`build`), and what a built model carries (`marks`,
+`parameters`). Swap is written in MindFormers' own spelling (`model_config: {swap, layer_swap, op_swap}`), which is
+what MindFormers reads for these models; recompute in the top-level section.
 
-    python tests/mcore_differential.py [--model qwen3|telechat3|qwen3_moe] [CASE ...]
-    python tests/mcore_differential.py --params MODEL ...     # trainable parameters per layer, as built
-
-Run by tests/mindspore/test_differential_mcore.py in a child process (an mcore build switches MindFormers'
-process-wide context). Swap is written in MindFormers' own spelling (`model_config: {swap, layer_swap,
-op_swap}`), which is what MindFormers reads for these models; recompute in the top-level section.
+tests/children/mcore_builds.py builds them in a child process (an mcore build switches MindFormers' process-wide
+context).
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import logging
-import os
-import sys
-import tempfile
-from pathlib import Path
-
-os.environ.setdefault("GLOG_v", "3")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 MARKS = ("recompute", "recompute_comm_op", "offload", "backward_prefetch")
 _MODEL = {"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -35,7 +24,7 @@ _MODEL = {"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "
 MODELS = {"qwen3": _MODEL,
           "telechat3": {**_MODEL, "qk_layernorm": False, "model_type": "telechat3",
                         "architectures": ["TeleChat3ForCausalLM"]},
-          # an MoE layer: router, 4 experts of which each token takes 2, the experts' Swiglu (run with --model)
+          # an MoE layer: router, 4 experts of which each token takes 2, the experts' Swiglu (mcore_builds.py --model)
           "qwen3_moe": {**_MODEL, "hidden_act": "silu", "model_type": "qwen3_moe",
                         "architectures": ["Qwen3MoeForCausalLM"], "num_experts": 4, "num_experts_per_tok": 2,
                         "moe_intermediate_size": 32, "router_dense_type": "float32", "moe_grouped_gemm": True,
@@ -90,7 +79,7 @@ CASES = {
     "pipeline stages": {"stages": 2, "recompute": {"recompute": [1, 1], "select_recompute": [0, 2],
                                                    "select_comm_recompute": {"pre_mlp_layernorm\\.norm": [1, 0]}}},
 }
-# Cases that name MoE, MLA or MTP cells, run for those models only (`--model qwen3_moe|deepseek3 CASE ...`)
+# Cases that name MoE, MLA or MTP cells, run for those models only (`mcore_builds.py --model qwen3_moe|deepseek3 CASE ...`)
 MOE_CASES = {
     "select recompute of the router and the experts": {"recompute": {"select_recompute": [
         "mlp\\.router", "mlp\\.experts"]}},
@@ -205,39 +194,3 @@ def parameters(network) -> dict[str, int]:
             size *= int(extent)
         counts[group] = counts.get(group, 0) + size
     return counts
-
-
-def main(argv: list[str]) -> int:
-    from mf_memopt import apply_plan, load_plan
-
-    if argv[:1] == ["--params"]:
-        work = tempfile.TemporaryDirectory(prefix="mf_memopt_params_")
-        print(json.dumps({model: {"config": document({}, model, work.name),
-                                  "built": parameters(build(document({}, model, work.name), ours=True))}
-                          for model in argv[1:]}))
-        work.cleanup()
-        return 0
-
-    models = ["qwen3", "telechat3"]
-    if argv[:1] == ["--model"]:
-        models, argv = [argv[1]], argv[2:]
-    results: dict[str, dict] = {}
-    work = tempfile.TemporaryDirectory(prefix="mf_memopt_differential_")
-    for model in models:
-        for name in argv or list(CASES):
-            data = document(ALL_CASES[name], model, work.name)
-            try:
-                theirs = marks(build(data, ours=False))
-            except Exception as error:      # MindFormers' own handling failed: recorded, ours still runs
-                theirs = {"error": f"{type(error).__name__}: {error}"}
-            network = build(data, ours=True)
-            off = marks(network)
-            apply_plan(load_plan(data), network, device_target="CPU")
-            results.setdefault(model, {})[name] = {"theirs": theirs, "ours": marks(network), "off": off}
-    work.cleanup()
-    print(json.dumps(results))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,6 +1,6 @@
 """The mcore CPU stand-ins against independent NumPy references, in one MindSpore process (graph mode, CPU).
 
-    python tests/mcore_kernel_check.py      # prints one JSON line: {check name: [error, tolerance], ...}
+    python tests/children/mcore_kernel_check.py      # prints one JSON line: {check name: [error, tolerance], ...}
 
 Run by tests/mindspore/test_mcore_kernels.py in a child process: building an mcore model switches MindFormers'
 process-wide context to mcore, which the other tests must not inherit.
@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 os.environ.setdefault("GLOG_v", "3")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import mindspore as ms  # noqa: E402
 from mindspore import Tensor, nn, ops  # noqa: E402
@@ -376,7 +376,8 @@ def check_moe_layer() -> None:
 
 
 # A DeepSeek-V3 with a dense first layer and an MoE second one (multi-latent attention, a shared expert, sigmoid
-# routing with an expert bias, limited to the best of two groups of two experts), as tests/mcore_differential.py's
+# routing with an expert bias, limited to the best of two groups of two experts), as
+# tests/helpers/mcore_differential.py's
 _DEEPSEEK = {"model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"], "num_hidden_layers": 2,
              "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32, "num_attention_heads": 4,
              "num_key_value_heads": 4, "q_lora_rank": 32, "kv_lora_rank": 16, "qk_nope_head_dim": 16,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from mf_memopt.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CASES = ROOT / "tests" / "cases"
 REGENERATE = "python tests/cases/regenerate.py"
 RUNTIMES = ("ascend", "cpu")

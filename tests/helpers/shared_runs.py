@@ -22,7 +22,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from launching import POOL_LOG, TINY, launcher_command, launcher_env
+
+ROOT = Path(__file__).resolve().parents[2]
 _DONE = "completed.json"
 
 
@@ -62,18 +64,13 @@ def verify_shipped(tmp_path_factory, config: str, *flags: str) -> subprocess.Com
     return done
 
 
-POOL_LOG = {"GLOG_v": "2", "MS_SUBMODULE_LOG_v": "{PRE_ACT:1}"}     # MindSpore prints its memory-pool peak at exit
-
-
 def llama_tiny_trained(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path, Path]:
     """The launcher's run of the shipped tiny Llama as it is, the whole generated dataset (16 steps, a checkpoint
     after steps 8 and 16), with MindSpore's pool log, once per session: the finished process, its --output_dir and
     its token file. Readers copy what they would change."""
     def command(folder: Path) -> list[str]:
-        return [sys.executable, str(ROOT / "run_mindformer_memopt.py"), "--config",
-                str(ROOT / "configs" / "llama_tiny.yaml"), "--run_mode", "train", "--output_dir",
-                str(folder / "output"), "--force", "--train_dataset_dir", str(folder / "data" / "llama_tiny.mindrecord")]
+        return launcher_command(TINY, "--run_mode", "train", "--output_dir", str(folder / "output"), "--force",
+                                "--train_dataset_dir", str(folder / "data" / "llama_tiny.mindrecord"))
 
-    env = {**os.environ, "GLOG_v": "3", "PYTHONPATH": str(ROOT), **POOL_LOG}
-    done, folder = run_once(tmp_path_factory, "launcher-llama_tiny", command, env=env, timeout=600)
+    done, folder = run_once(tmp_path_factory, "launcher-llama_tiny", command, env=launcher_env(**POOL_LOG), timeout=600)
     return done, folder / "output", folder / "data" / "llama_tiny.mindrecord"
