@@ -53,55 +53,13 @@ from .choices import Choice, choice_set, footprints
 from .limits import AWAY, synthetic_layer
 from .milp import MIB, TIME_LIMIT_S, Linear, Program, SolverError
 from .offsets_writer import offsets_writable, write_offsets
-from .planner import INFINITE, AutoPlan, InfeasibleBudget, auto_plan, budget_for
-from .problem import _mtp_prints, communication, hidden_prefetch
+from .planner import auto_plan
+from .problem import communication, hidden_prefetch, mtp_prints
+from .results import INFINITE, AutoPlan, Balanced, InfeasibleBudget, PipelinePlan, StageTime, budget_for
 from .solver import feasibility_only
 from .writer import HEADER_MARK
 
 REPAIRS = 3
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StageTime:
-    """One stage of a plan: its decoder layers, predicted peak and time per step."""
-
-    stage: int
-    layers: tuple[int, ...]
-    peak: int
-    seconds: float          # forward, backward, recompute and swap stalls of every micro-batch, heads included
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PipelinePlan:
-    """A layout and plan as the pipeline runs it: per stage, and the step time the slowest stage sets."""
-
-    offsets: list
-    stages: tuple[StageTime, ...]
-    step_s: float
-
-    @property
-    def peak(self) -> int:
-        return max(stage.peak for stage in self.stages)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Balanced:
-    config: str
-    budget: int
-    budget_source: str          # where the budget came from (`estimate.budget.device_budget`)
-    written: PipelinePlan       # the YAML as written (its offsets and its recompute)
-    balanced: PipelinePlan      # the chosen offsets with the exact plan for them
-    plan: AutoPlan              # the exact search's result for the chosen offsets
-    layout: str                 # "balanced" or "as written": which offsets won
-    why: str                    # why the layout as written won ("" when the balanced one did)
-    wall_s: float               # planning time, reading the YAML included
-    text: str                   # the written YAML: the plan's, with the layout's lines on top of its header
-    notes: tuple[str, ...] = ()
-
-    @property
-    def ratio(self) -> float:
-        """Balanced step time over the written plan's."""
-        return self.balanced.step_s / self.written.step_s
 
 
 def balance_plan(config: str | Path | Document, *, budget: int | None = None, host_budget: float = INFINITE,
@@ -327,7 +285,7 @@ class _Pipeline:
                  for kind, index in zip(model.layer_kinds, (0, model.dense_layers) if model.dense_layers else (0,))]
         mtp = None
         if model.mtp_layers:
-            prints, forward = _mtp_prints(plan, model, parallel, choices, "ascend", hardware)
+            prints, forward = mtp_prints(plan, model, parallel, choices, "ascend", hardware)
             mtp = _Kind(params=StageParams(split=0), forward_s=forward, kept=tuple(prints[c].kept for c in choices),
                         rebuilt=tuple(prints[c].rebuilt for c in choices), swapped=(0,) * len(choices),
                         recompute_s=tuple(hardware.seconds(prints[c].effect.recompute_flops) for c in choices),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..estimate.core import Estimate
 from ..estimate.report import human, human_up
-from .planner import INFINITE, AutoPlan, InfeasibleBudget
+from .results import INFINITE, AutoPlan, InfeasibleBudget
 from .writer import describe
 
 
@@ -20,10 +20,10 @@ def auto_text(result: AutoPlan) -> str:
     rows = [["stage", "layers", "budget", "predicted peak", "host (swap)", "overhead", "nothing: peak", "overhead",
              f"{strongest}: peak", "overhead"]]
     for stage, base, every in zip(result.estimate.stages, nothing.stages, full.stages):
-        rows.append([str(stage.stage), _span(stage.layers), human(result.budget), human(stage.peak.peak),
+        rows.append([str(stage.stage), layer_span(stage.layers), human(result.budget), human(stage.peak.peak),
                      human(stage.host_bytes), f"{stage.overhead:.1%}", human(base.peak.peak), f"{base.overhead:.1%}",
                      human(every.peak.peak), f"{every.overhead:.1%}"])
-    lines += _table(rows) + [""]
+    lines += text_table(rows) + [""]
     for plan in result.stages:
         lines.append(f"stage {plan.stage}: " + describe(plan.layers, [option.choice for option in plan.options],
                                                         [option.prefetch for option in plan.options]))
@@ -89,7 +89,8 @@ def infeasible_json(error: InfeasibleBudget) -> dict:
             "least_peak_bytes": {str(stage): value for stage, value in sorted(error.peaks.items())}}
 
 
-def _span(layers: tuple[int, ...]) -> str:
+def layer_span(layers: tuple[int, ...]) -> str:
+    """The layers as runs: `0-3,5`."""
     runs: list[list[int]] = []
     for layer in layers:
         if runs and runs[-1][1] == layer - 1:
@@ -99,7 +100,8 @@ def _span(layers: tuple[int, ...]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def _table(rows: list[list[str]]) -> list[str]:
+def text_table(rows: list[list[str]]) -> list[str]:
+    """The rows as lines of left-aligned columns, two spaces apart."""
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
 

@@ -44,7 +44,7 @@ ENTRIES = {
     "runner.py:yaml_dataset": {"load_document"},
     # YAMLs `auto` writes in memory (its plans, its offsets), each a new document
     "estimate/core.py:estimate_source": {"load_document"},
-    "auto/planner.py:_Context.read": {"load_document"},
+    "auto/context.py:PlanContext.read": {"load_document"},
     "auto/balance.py:_Pipeline.read": {"load_document"},
 }
 
