@@ -96,61 +96,77 @@ def auto_plan(config: str | Path | Document, *, budget: int | None = None, runti
     hardware = replace(hardware or Hardware(), device_memory=budget)
     context = PlanContext.read(document, runtime, hardware, source.text, output_name or str(path))
     context.times = times
-    # MindFormers refuses full recompute under seq pipe (`config.layout`): every cell recomputed is the strongest plan
-    full = context.spec[1].seq_split == 1 or context.plan.layout.stages == 1
-    strongest = ("full recompute", Choice(full=True)) if full else \
-        ("every cell recomputed", Choice(select=context.cells.select))
-    references = {"nothing": context.estimate_of(context.uniform(KEEP)),
-                  strongest[0]: context.estimate_of(context.uniform(strongest[1]))}
-    swap = runtime == "ascend"
+    full, references = _references(context)
     methods = compression_methods(compress, runtime, times)
-    offered = choices or priced(choice_set(context.cells, swap=swap, full=full, compress=methods), times)
+    offered = choices or priced(choice_set(context.cells, swap=runtime == "ascend", full=full, compress=methods),
+                                times)
     context.compress = any(choice.compress for choice in offered)
-    families = {"counts": [choice for choice in offered if not choice.swaps]}
-    if swap and any(choice.swaps for choice in offered):
-        families["indices"] = list(offered)
-    empty = all(stage.peak.peak <= target for stage in references["nothing"].stages)
-    time_source = times.source if times is not None else f"FLOP model at {hardware.tflops:g} TFLOPS"
+    families = _families(offered, swap=runtime == "ascend")
+    # the plan's terms, without the plan: what the search is held to and what it is compared with
+    blank = AutoPlan(config=str(path), runtime=runtime, budget=budget, host_budget=host_budget, family="counts",
+                     stages=(), text="", estimate=references["nothing"], references=references,
+                     empty=all(stage.peak.peak <= target for stage in references["nothing"].stages), margin=margin,
+                     target=target, budget_source=resolved.source,
+                     time_source=times.source if times is not None else f"FLOP model at {hardware.tflops:g} TFLOPS")
     try:
-        best = _keep_everything(context, families["counts"], target) if empty else \
+        best = _keep_everything(context, families["counts"], target) if blank.empty else \
             _best_family(context, families, target, host_budget)
     except PlannerMismatch as error:
         if runtime != "cpu":
             raise
-        return _exhaustive(document, budget, target, host_budget, hardware, times, margin, references, empty,
-                           resolved.source, time_source, str(error))
+        return _exhaustive(document, blank, hardware, times, str(error))
     if best is None:
         raise InfeasibleBudget(budget, _minimum_budgets(context, families, host_budget) if minimum else {}, margin)
-    name, stages = best
-    stages, repairs, estimate = (stages, [], references["nothing"]) if empty else \
-        _repair(context, families[name], name, stages, target, host_budget)
+    return _written(context, families, blank, *best, methods=methods)
+
+
+def _references(context: PlanContext) -> tuple[bool, dict[str, Estimate]]:
+    """Whether full recompute is offered, and the estimates of the plans the result is compared with: nothing
+    recomputed, and the strongest plan. MindFormers refuses full recompute under seq pipe (`config.layout`): every
+    cell recomputed is the strongest plan there."""
+    full = context.spec[1].seq_split == 1 or context.plan.layout.stages == 1
+    strongest = ("full recompute", Choice(full=True)) if full else \
+        ("every cell recomputed", Choice(select=context.cells.select))
+    return full, {"nothing": context.estimate_of(context.uniform(KEEP)),
+                  strongest[0]: context.estimate_of(context.uniform(strongest[1]))}
+
+
+def _families(offered: tuple[Choice, ...], *, swap: bool) -> dict[str, list[Choice]]:
+    """The choices of each form the plan may be written in: per-stage counts (nothing swapped) and, where swap is
+    possible and offered, layer indices (any choice)."""
+    families = {"counts": [choice for choice in offered if not choice.swaps]}
+    if swap and any(choice.swaps for choice in offered):
+        families["indices"] = list(offered)
+    return families
+
+
+def _written(context: PlanContext, families: dict[str, list[Choice]], blank: AutoPlan, name: str,
+             stages: list[StagePlan], *, methods: tuple[str, ...]) -> AutoPlan:
+    """The search's plan in family `name`, repaired where the estimator puts a stage over the target, written."""
+    stages, repairs, estimate = (stages, [], blank.estimate) if blank.empty else \
+        _repair(context, families[name], name, stages, blank.target, blank.host_budget)
     repairs += [f"stage {stage.stage}: the search stopped at its time limit; the plan is the best it found, not "
                 "proven the fastest" for stage in stages if not stage.proven]
-    header = plan_header(name, budget, host_budget, runtime, stages, estimate, references, context.cells, margin)
-    final = context.text_of(assignment_of(stages), header)
-    return AutoPlan(config=str(path), runtime=runtime, budget=budget, host_budget=host_budget, family=name,
-                    stages=tuple(stages), text=final, estimate=estimate, references=references,
-                    empty=empty, repairs=tuple(repairs), margin=margin, target=target,
-                    budget_source=resolved.source, time_source=time_source,
-                    compress=methods if context.compress else ())
+    header = plan_header(name, blank.budget, blank.host_budget, blank.runtime, stages, estimate, blank.references,
+                         context.cells, blank.margin)
+    return replace(blank, family=name, stages=tuple(stages), text=context.text_of(assignment_of(stages), header),
+                   estimate=estimate, repairs=tuple(repairs), compress=methods if context.compress else ())
 
 
-def _exhaustive(document: Document, budget: int, target: int, host_budget: float, hardware: Hardware,
-                times: TimeTable | None, margin: float, references: dict[str, Estimate], empty: bool,
-                budget_source: str, time_source: str, why: str) -> AutoPlan:
+def _exhaustive(document: Document, blank: AutoPlan, hardware: Hardware, times: TimeTable | None,
+                why: str) -> AutoPlan:
     """The fastest count-form plan whose whole-plan estimate fits, every plan estimated (`space.py`): for the
-    configs whose peak terms the layer-by-layer search cannot express (`PlannerMismatch`)."""
+    configs whose peak terms the layer-by-layer search cannot express (`PlannerMismatch`). `blank`: the plan's
+    terms (`auto_plan`)."""
     space = PlanSpace(document, runtime="cpu", times=times, hardware=hardware)
     if len(space.assignments()) > EXHAUSTIVE_LIMIT:
         raise PlannerMismatch(f"{why}; and the count-form space is too large to estimate plan by plan")
-    ranked = space.ranked(target)
+    ranked = space.ranked(blank.target)
     if not ranked:
         lowest = min(space.candidates(), key=lambda item: item.peak)
-        raise InfeasibleBudget(budget, {stage.stage: stage.peak.peak for stage in lowest.estimate.stages}, margin)
-    base = AutoPlan(config=str(space.config), runtime="cpu", budget=budget, host_budget=host_budget, family="counts",
-                    stages=(), text="", estimate=references["nothing"], references=references, empty=empty,
-                    margin=margin, target=target, budget_source=budget_source, time_source=time_source)
-    plan = space.auto_plan_of(base, ranked[0])
+        raise InfeasibleBudget(blank.budget, {stage.stage: stage.peak.peak for stage in lowest.estimate.stages},
+                               blank.margin)
+    plan = space.auto_plan_of(blank, ranked[0])
     note = (f"the layer-by-layer search cannot express this model's peak ({why}): all "
             f"{len(space.assignments())} count-form plans were estimated whole instead")
     return replace(plan, repairs=(note,))
