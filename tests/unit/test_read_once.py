@@ -31,7 +31,7 @@ ENTRIES = {
     "verify/precompile.py:main": {"load_document"},
     "auto/race.py:main": {"load_document"},
     "estimate/check.py:measure_and_compare": {"load_document"},
-    "compare/__init__.py:compare_configs": {"load_document"},
+    "compare/engine.py:compare_configs": {"load_document"},
     "auto/balance.py:balance_plan": {"load_document"},
     # library functions a user or a test calls with a path: read at their top; a Document passes through
     "estimate/core.py:estimate_config": {"load_document"},
