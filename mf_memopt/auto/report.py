@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..estimate.core import Estimate
 from ..estimate.report import human, human_up
 from .results import INFINITE, AutoPlan, InfeasibleBudget
@@ -130,3 +132,30 @@ def measure_text(rounds, timed, kept: AutoPlan, budget: int) -> str:
     lines += [f"{'kept' if item.plan is kept else 'rival'}: {item.name}: pool peak {human(item.peak)}, step "
               f"{item.time_s * 1e3:.0f} ms (median of {len(item.times)} race(s))" for item in timed]
     return "\n".join(lines)
+
+
+def auto_output_json(result: AutoPlan, output: Path | None, rounds=None, timed=None) -> dict:
+    """`auto --json`: the plan (`auto_json`), the file it was written to, and with `--measure` its peak rounds and
+    raced plans (`rounds` and `timed`, as `measure.measure_plan` gives them)."""
+    data = auto_json(result)
+    data["output"] = str(output) if output else None
+    if rounds is not None:
+        data["measure"] = measure_json(rounds)
+        data["timed"] = timed_json(timed, result)
+    return data
+
+
+def auto_output_text(result: AutoPlan, output: Path | None, budget: int | None, rounds=None, timed=None) -> str:
+    """`auto`'s text: the plan (`auto_text`), with `--measure` what its rounds and races measured, and where the YAML
+    was written."""
+    lines = [auto_text(result)]
+    if rounds is not None:
+        lines.append(measure_text(rounds, timed, result, budget))
+    lines.append(f"written to {output}" if output else "(no --output: the YAML was not written)")
+    return "\n".join(lines)
+
+
+def tightened_json(error) -> dict:
+    """`auto --measure --json` when a later round finds no plan (`measure.TightenedInfeasible`): the budget it could
+    not meet, and the rounds before it."""
+    return {**infeasible_json(error.error), "measure": measure_json(error.rounds)}
