@@ -172,11 +172,11 @@ def _row(rows: list, row: list) -> None:
 
 
 def _uniform(config: Path, plan, choice) -> str:
-    from mf_memopt.auto.planner import _Context
+    from mf_memopt.auto.context import PlanContext
     from mf_memopt.document.source import parse_yaml
 
     text = config.read_text()
-    context = _Context.read(parse_yaml(text, str(config)), "cpu", plan.estimate.hardware, text, str(config))
+    context = PlanContext.read(parse_yaml(text, str(config)), "cpu", plan.estimate.hardware, text, str(config))
     return context.text_of(context.uniform(choice))
 
 

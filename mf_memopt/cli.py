@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .config.load import load_document, load_plan
+from .config.load import Document, load_document, load_plan
 from .config.plan import Plan
 from .config.render import formative_lines, layer_table, summary
 from .document.errors import ConfigError
@@ -340,73 +340,26 @@ def _estimate(args: argparse.Namespace) -> int:
 
 
 def _auto(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from .auto import InfeasibleBudget, auto_plan
-    from .auto.choices import METHODS
-    from .auto.limits import PlannerMismatch
-    from .auto.measure import TightenedInfeasible, holds
-    from .auto.milp import SolverError
-    from .auto.report import (
-        auto_json,
-        auto_text,
-        infeasible_json,
-        infeasible_text,
-        measure_json,
-        measure_text,
-        timed_json,
-    )
-    from .estimate import Hardware
     from .runs.measure import MeasureError
 
-    if args.device_memory is None and args.runtime == "cpu":
-        print("auto: --runtime cpu needs --device-memory (the memory-pool budget; the YAML's max_device_memory is an "
-              "Ascend key)", file=sys.stderr)
+    problem = _auto_problem(args)
+    if problem:
+        print(f"auto: {problem}", file=sys.stderr)
         return 2
     budget = args.device_memory                     # bytes (`_argument_problem`), or None: the YAML's
     host = args.host_memory if args.host_memory is not None else float("inf")
-    if args.balance and (args.runtime != "ascend" or args.measure):
-        print("auto: --balance plans pipeline stages, which the ascend runtime models: use it without --runtime cpu "
-              "and --measure", file=sys.stderr)
-        return 2
-    if args.measure and args.runtime != "cpu":
-        print("auto: --measure trains the plan on this machine's CPU launcher: use it with --runtime cpu",
-              file=sys.stderr)
-        return 2
-    if args.profile and args.runtime != "cpu":
-        print("auto: --profile measures step times with this machine's CPU launcher: use it with --runtime cpu",
-              file=sys.stderr)
-        return 2
-    if args.rivals < 0:
-        print(f"auto: --rivals must be 0 or more, got {args.rivals}", file=sys.stderr)
-        return 2
     output = Path(args.output) if args.output else None
-
     margin = args.margin if args.margin is not None else (0.0 if args.measure else None)
     if args.balance:
         return _auto_balance(args, budget, host, margin, output)
-
     compress = _methods(args.compress)
-    unknown = sorted(set(compress or ()) - set(METHODS))
-    if unknown:
-        print(f"auto: --compress: unknown method(s) {', '.join(unknown)} (use {', '.join(METHODS)}, or none)",
-              file=sys.stderr)
-        return 2
-    if compress and args.runtime != "cpu":
-        print("auto: --compress: compression choices are priced by a measured step-time profile of the cpu "
-              "launcher: use it with --runtime cpu", file=sys.stderr)
+    problem = _compress_problem(compress, args.runtime)
+    if problem:
+        print(f"auto: --compress: {problem}", file=sys.stderr)
         return 2
     document = load_document(args.config)           # the one reading of the config for this command
-    times = None
-    timed: list = []
     try:
-        if args.runtime == "cpu":
-            from .auto.planner import DEFAULT_COMPRESS
-            from .auto.space import cached_or_profiled
-
-            times = cached_or_profiled(document, measure=args.profile or args.measure, runs=args.timing_runs,
-                                       report=lambda line: print(line, file=sys.stderr),
-                                       compress=DEFAULT_COMPRESS if compress is None else compress)
+        times = _time_profile(args, document, compress)
     except MeasureError as error:
         print(f"auto --profile: {error}", file=sys.stderr)
         return 1
@@ -414,12 +367,68 @@ def _auto(args: argparse.Namespace) -> int:
         print("auto: --compress: compression choices are priced by a measured step-time profile: add --profile (or "
               "--measure)", file=sys.stderr)
         return 2
+    return _auto_plan(args, document, budget, host, margin, output, times, compress)
+
+
+def _auto_problem(args: argparse.Namespace) -> str | None:
+    """What `auto`'s options ask that it cannot do, in one line; None when nothing."""
+    if args.device_memory is None and args.runtime == "cpu":
+        return ("--runtime cpu needs --device-memory (the memory-pool budget; the YAML's max_device_memory is an "
+                "Ascend key)")
+    if args.balance and (args.runtime != "ascend" or args.measure):
+        return ("--balance plans pipeline stages, which the ascend runtime models: use it without --runtime cpu and "
+                "--measure")
+    if args.measure and args.runtime != "cpu":
+        return "--measure trains the plan on this machine's CPU launcher: use it with --runtime cpu"
+    if args.profile and args.runtime != "cpu":
+        return "--profile measures step times with this machine's CPU launcher: use it with --runtime cpu"
+    if args.rivals < 0:
+        return f"--rivals must be 0 or more, got {args.rivals}"
+    return None
+
+
+def _compress_problem(compress: tuple[str, ...] | None, runtime: str) -> str | None:
+    """What is wrong with --compress's methods on this runtime, in one line; None when nothing."""
+    from .auto.choices import METHODS
+
+    unknown = sorted(set(compress or ()) - set(METHODS))
+    if unknown:
+        return f"unknown method(s) {', '.join(unknown)} (use {', '.join(METHODS)}, or none)"
+    if compress and runtime != "cpu":
+        return ("compression choices are priced by a measured step-time profile of the cpu launcher: use it with "
+                "--runtime cpu")
+    return None
+
+
+def _time_profile(args: argparse.Namespace, document: Document, compress: tuple[str, ...] | None):
+    """cpu: the cached step-time profile of this model shape, or a new one with --profile or --measure; else None."""
+    if args.runtime != "cpu":
+        return None
+    from .auto.planner import DEFAULT_COMPRESS
+    from .auto.space import cached_or_profiled
+
+    return cached_or_profiled(document, measure=args.profile or args.measure, runs=args.timing_runs,
+                              report=lambda line: print(line, file=sys.stderr),
+                              compress=DEFAULT_COMPRESS if compress is None else compress)
+
+
+def _auto_plan(args: argparse.Namespace, document: Document, budget: int | None, host: float, margin: float | None,
+               output: Path | None, times, compress: tuple[str, ...] | None) -> int:
+    """Plan (with --measure: plan, train and race), then print the plan and write the YAML."""
+    from .auto import InfeasibleBudget, auto_plan
+    from .auto.limits import PlannerMismatch
+    from .auto.measure import TightenedInfeasible, holds
+    from .auto.milp import SolverError
+    from .auto.report import auto_output_json, auto_output_text, infeasible_json, infeasible_text, tightened_json
+    from .estimate import Hardware
+    from .runs.measure import MeasureError
 
     def plan_for(target: int):
         return auto_plan(document, budget=target, runtime=args.runtime, host_budget=host,
                          hardware=Hardware(device_memory=target, tflops=args.tflops, host_gbps=args.host_bandwidth),
                          output_name=str(output or args.config), margin=margin, times=times, compress=compress)
 
+    rounds, timed = None, None
     try:
         if args.measure:
             rounds, result, timed = _measure(args, document, plan_for, budget, output, times)
@@ -431,7 +440,7 @@ def _auto(args: argparse.Namespace) -> int:
     except TightenedInfeasible as error:
         print(f"auto --measure: {error}", file=sys.stderr)
         if args.json:
-            print(json.dumps({**infeasible_json(error.error), "measure": measure_json(error.rounds)}, indent=2))
+            print(json.dumps(tightened_json(error), indent=2))
         return 1
     except InfeasibleBudget as error:
         print(infeasible_text(error), file=sys.stderr)
@@ -444,17 +453,9 @@ def _auto(args: argparse.Namespace) -> int:
     if output and (not args.measure or timed):
         output.write_text(result.text, encoding="utf-8")
     if args.json:
-        data = auto_json(result)
-        data["output"] = str(output) if output else None
-        if args.measure:
-            data["measure"] = measure_json(rounds)
-            data["timed"] = timed_json(timed, result)
-        print(json.dumps(data, indent=2))
+        print(json.dumps(auto_output_json(result, output, rounds, timed), indent=2))
     else:
-        print(auto_text(result))
-        if args.measure:
-            print(measure_text(rounds, timed, result, budget))
-        print(f"written to {output}" if output else "(no --output: the YAML was not written)")
+        print(auto_output_text(result, output, budget, rounds, timed))
     if args.measure and not timed and not holds(rounds[-1].measured, budget):
         print(f"auto: still over the budget after {len(rounds)} rounds", file=sys.stderr)
         return 1

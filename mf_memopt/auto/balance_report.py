@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from ..estimate.report import human, human_up
-from .balance import Balanced, PipelinePlan
-from .planner import InfeasibleBudget
-from .report import _span, _table
+from .report import layer_span, text_table
+from .results import Balanced, InfeasibleBudget, PipelinePlan
 from .writer import describe
 
 
@@ -21,7 +20,7 @@ def balance_text(result: Balanced) -> str:
     for old, new in zip(written.stages, balanced.stages):
         rows.append([str(old.stage), _layers(old.layers), _peak(old.peak, result.budget), f"{old.seconds:.3f} s",
                      _layers(new.layers), _peak(new.peak, result.budget), f"{new.seconds:.3f} s"])
-    lines += _table(rows) + [""]
+    lines += text_table(rows) + [""]
     lines.append(f"predicted step time: written {written.step_s:.3f} s, balanced {balanced.step_s:.3f} s "
                  f"(x{result.ratio:.3f}); slowest stage: written {_slowest(written)}, balanced {_slowest(balanced)}")
     over = [stage.stage for stage in written.stages if stage.peak > result.budget]
@@ -60,7 +59,7 @@ def _plan_json(plan: PipelinePlan) -> dict:
 
 
 def _layers(layers: tuple[int, ...]) -> str:
-    return f"{len(layers)} ({_span(layers)})" if layers else "0"
+    return f"{len(layers)} ({layer_span(layers)})" if layers else "0"
 
 
 def _peak(peak: int, budget: int) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 from ..config.load import Document
 from ..runs.measure import CPU_READING_STEP, measure_peak
 from . import race as racing
-from .planner import AutoPlan, InfeasibleBudget
+from .results import AutoPlan, InfeasibleBudget
 from .timing import load_average
 
 ROUNDS = 3

@@ -25,34 +25,26 @@ terms cannot be measured on this machine, so no margin is derived for it (0 unle
 
 from __future__ import annotations
 
-import math
-import os
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from ..config.family_rules import auto_cells_for
 from ..config.load import Document, load_document
-from ..config.plan import Plan
 from ..document.errors import ConfigIssue, raise_if_errors
-from ..document.inherit import BASE_CONFIG
-from ..document.source import Source, parse_yaml
+from ..document.source import Source
 from ..estimate.budget import device_budget
-from ..estimate.core import Estimate, estimate_source
-from ..estimate.family import read_spec
-from ..estimate.spec import ModelSpec
+from ..estimate.core import Estimate
 from ..estimate.transfer import Hardware
-from ..family import AutoCells
 from .choices import KEEP, METHODS, Choice, choice_set
+from .context import PlanContext, assignment_of, plan_header
 from .limits import PlannerMismatch
-from .problem import StageProblem, stage_problems
-from .solver import Option, Solution, least_peak, solve_stage
-from .timing import TimeTable
-from .writer import Assignment, describe, replace_sections, sections
+from .problem import StageProblem
+from .results import INFINITE, AutoPlan, InfeasibleBudget, StagePlan
+from .solver import Solution, least_peak, solve_stage
+from .space import PlanSpace
+from .timing import TimeTable, priced
 
 REPAIRS = 3
 EXHAUSTIVE_LIMIT = 5000   # count-form plans estimated one by one when the layer search cannot be used
-INFINITE = float("inf")
 CPU_MARGIN = 0.05
 
 
@@ -75,81 +67,6 @@ def compression_methods(compress: tuple[str, ...] | None, runtime: str, times: T
         raise ValueError("compression choices are priced by a measured step-time profile: plan with --runtime cpu "
                          "and --profile (or --measure), or leave --compress out")
     return tuple(compress)
-
-
-def priced(choices: tuple[Choice, ...], times: TimeTable | None) -> tuple[Choice, ...]:
-    """The choices the profile prices: a compression the profile was measured without is left out (a profile is
-    measured for the methods asked; `space.cached_or_profiled`)."""
-    if times is None:
-        return choices
-    return tuple(choice for choice in choices if not choice.compress or choice.name in times.added_s)
-
-
-class InfeasibleBudget(Exception):
-    """No plan fits: per stage the smallest peak a plan reaches (`peaks`) and the smallest budget that holds it with
-    the margin (`minimum`); `smallest` is the budget to give (the binding stage's, or, for `auto --balance`, the
-    smallest budget at which it plans), at which the planner then plans."""
-
-    def __init__(self, budget: int, peaks: dict[int, int], margin: float = 0.0, smallest: int | None = None):
-        self.budget, self.margin, self.peaks = budget, margin, dict(peaks)
-        self.minimum = {stage: budget_for(value, margin) for stage, value in peaks.items()}
-        self.binding = max(peaks, key=lambda stage: peaks[stage]) if peaks else None
-        self.smallest = smallest if smallest is not None else (self.minimum[self.binding] if peaks else None)
-        super().__init__(f"no plan fits {budget} bytes per stage")
-
-
-def budget_for(peak: int, margin: float) -> int:
-    """The smallest budget whose target (the budget less round(budget x margin), what the search holds peaks to)
-    is at least `peak`."""
-    budget = math.ceil(peak / (1 - margin)) if margin else peak
-    while budget - round(budget * margin) < peak:
-        budget += 1
-    while budget > 0 and (budget - 1) - round((budget - 1) * margin) >= peak:
-        budget -= 1
-    return budget
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StagePlan:
-    stage: int
-    layers: tuple[int, ...]
-    options: tuple[Option, ...]
-    budget: int                 # what the search was held to (the budget, or less after a repair)
-    searched_s: float           # added time as the search counts it
-    proven: bool = True         # False: the search stopped at its time limit (`solver.Solution.proven`)
-
-    def got(self) -> dict[int, Option]:
-        return dict(zip(self.layers, self.options))
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AutoPlan:
-    config: str
-    runtime: str
-    budget: int
-    host_budget: float
-    family: str                 # "counts" or "indices"
-    stages: tuple[StagePlan, ...]
-    text: str                   # the written YAML
-    estimate: Estimate          # of `text`
-    references: dict[str, Estimate]
-    empty: bool                 # the budget holds the plan without any recompute or swap
-    repairs: tuple[str, ...] = ()
-    margin: float = 0.0         # share of the budget held back for the estimator's error
-    target: int = 0             # what the search held each stage's predicted peak to: budget less the margin
-    budget_source: str = "--device-memory"  # where the budget came from (`estimate.budget.device_budget`)
-    time_source: str = "FLOP model"         # what priced the choices: a measured profile (`timing.py`) or FLOPs
-    compress: tuple[str, ...] = ()          # the compression methods among the choices (`compression_methods`)
-
-    @property
-    def priced_s(self) -> float:
-        """The added step time of the plan as the search priced it (every stage)."""
-        return sum(stage.searched_s for stage in self.stages)
-
-    @property
-    def fits(self) -> bool:
-        return all(stage.peak.peak <= self.budget and stage.host_bytes <= self.host_budget
-                   for stage in self.estimate.stages)
 
 
 def auto_plan(config: str | Path | Document, *, budget: int | None = None, runtime: str = "ascend",
@@ -177,128 +94,82 @@ def auto_plan(config: str | Path | Document, *, budget: int | None = None, runti
     budget = resolved.nbytes
     target = budget - round(budget * margin)
     hardware = replace(hardware or Hardware(), device_memory=budget)
-    context = _Context.read(document, runtime, hardware, source.text, output_name or str(path))
+    context = PlanContext.read(document, runtime, hardware, source.text, output_name or str(path))
     context.times = times
-    # MindFormers refuses full recompute under seq pipe (`config.layout`): every cell recomputed is the strongest plan
-    full = context.spec[1].seq_split == 1 or context.plan.layout.stages == 1
-    strongest = ("full recompute", Choice(full=True)) if full else \
-        ("every cell recomputed", Choice(select=context.cells.select))
-    references = {"nothing": context.estimate_of(context.uniform(KEEP)),
-                  strongest[0]: context.estimate_of(context.uniform(strongest[1]))}
-    swap = runtime == "ascend"
+    full, references = _references(context)
     methods = compression_methods(compress, runtime, times)
-    offered = choices or priced(choice_set(context.cells, swap=swap, full=full, compress=methods), times)
+    offered = choices or priced(choice_set(context.cells, swap=runtime == "ascend", full=full, compress=methods),
+                                times)
     context.compress = any(choice.compress for choice in offered)
-    families = {"counts": [choice for choice in offered if not choice.swaps]}
-    if swap and any(choice.swaps for choice in offered):
-        families["indices"] = list(offered)
-    empty = all(stage.peak.peak <= target for stage in references["nothing"].stages)
-    time_source = times.source if times is not None else f"FLOP model at {hardware.tflops:g} TFLOPS"
+    families = _families(offered, swap=runtime == "ascend")
+    # the plan's terms, without the plan: what the search is held to and what it is compared with
+    blank = AutoPlan(config=str(path), runtime=runtime, budget=budget, host_budget=host_budget, family="counts",
+                     stages=(), text="", estimate=references["nothing"], references=references,
+                     empty=all(stage.peak.peak <= target for stage in references["nothing"].stages), margin=margin,
+                     target=target, budget_source=resolved.source,
+                     time_source=times.source if times is not None else f"FLOP model at {hardware.tflops:g} TFLOPS")
     try:
-        best = _keep_everything(context, families["counts"], target) if empty else \
+        best = _keep_everything(context, families["counts"], target) if blank.empty else \
             _best_family(context, families, target, host_budget)
     except PlannerMismatch as error:
         if runtime != "cpu":
             raise
-        return _exhaustive(document, budget, target, host_budget, hardware, times, margin, references, empty,
-                           resolved.source, time_source, str(error))
+        return _exhaustive(document, blank, hardware, times, str(error))
     if best is None:
         raise InfeasibleBudget(budget, _minimum_budgets(context, families, host_budget) if minimum else {}, margin)
-    name, stages = best
-    stages, repairs, estimate = (stages, [], references["nothing"]) if empty else \
-        _repair(context, families[name], name, stages, target, host_budget)
+    return _written(context, families, blank, *best, methods=methods)
+
+
+def _references(context: PlanContext) -> tuple[bool, dict[str, Estimate]]:
+    """Whether full recompute is offered, and the estimates of the plans the result is compared with: nothing
+    recomputed, and the strongest plan. MindFormers refuses full recompute under seq pipe (`config.layout`): every
+    cell recomputed is the strongest plan there."""
+    full = context.spec[1].seq_split == 1 or context.plan.layout.stages == 1
+    strongest = ("full recompute", Choice(full=True)) if full else \
+        ("every cell recomputed", Choice(select=context.cells.select))
+    return full, {"nothing": context.estimate_of(context.uniform(KEEP)),
+                  strongest[0]: context.estimate_of(context.uniform(strongest[1]))}
+
+
+def _families(offered: tuple[Choice, ...], *, swap: bool) -> dict[str, list[Choice]]:
+    """The choices of each form the plan may be written in: per-stage counts (nothing swapped) and, where swap is
+    possible and offered, layer indices (any choice)."""
+    families = {"counts": [choice for choice in offered if not choice.swaps]}
+    if swap and any(choice.swaps for choice in offered):
+        families["indices"] = list(offered)
+    return families
+
+
+def _written(context: PlanContext, families: dict[str, list[Choice]], blank: AutoPlan, name: str,
+             stages: list[StagePlan], *, methods: tuple[str, ...]) -> AutoPlan:
+    """The search's plan in family `name`, repaired where the estimator puts a stage over the target, written."""
+    stages, repairs, estimate = (stages, [], blank.estimate) if blank.empty else \
+        _repair(context, families[name], name, stages, blank.target, blank.host_budget)
     repairs += [f"stage {stage.stage}: the search stopped at its time limit; the plan is the best it found, not "
                 "proven the fastest" for stage in stages if not stage.proven]
-    final = context.text_of(_assignment(stages), _header(name, budget, host_budget, runtime, stages, estimate,
-                                                         references, context.cells, margin))
-    return AutoPlan(config=str(path), runtime=runtime, budget=budget, host_budget=host_budget, family=name,
-                    stages=tuple(stages), text=final, estimate=estimate, references=references,
-                    empty=empty, repairs=tuple(repairs), margin=margin, target=target,
-                    budget_source=resolved.source, time_source=time_source,
-                    compress=methods if context.compress else ())
+    header = plan_header(name, blank.budget, blank.host_budget, blank.runtime, stages, estimate, blank.references,
+                         context.cells, blank.margin)
+    return replace(blank, family=name, stages=tuple(stages), text=context.text_of(assignment_of(stages), header),
+                   estimate=estimate, repairs=tuple(repairs), compress=methods if context.compress else ())
 
 
-def _exhaustive(document: Document, budget: int, target: int, host_budget: float, hardware: Hardware,
-                times: TimeTable | None, margin: float, references: dict[str, Estimate], empty: bool,
-                budget_source: str, time_source: str, why: str) -> AutoPlan:
+def _exhaustive(document: Document, blank: AutoPlan, hardware: Hardware, times: TimeTable | None,
+                why: str) -> AutoPlan:
     """The fastest count-form plan whose whole-plan estimate fits, every plan estimated (`space.py`): for the
-    configs whose peak terms the layer-by-layer search cannot express (`PlannerMismatch`)."""
-    from .space import PlanSpace
-
+    configs whose peak terms the layer-by-layer search cannot express (`PlannerMismatch`). `blank`: the plan's
+    terms (`auto_plan`)."""
     space = PlanSpace(document, runtime="cpu", times=times, hardware=hardware)
     if len(space.assignments()) > EXHAUSTIVE_LIMIT:
         raise PlannerMismatch(f"{why}; and the count-form space is too large to estimate plan by plan")
-    ranked = space.ranked(target)
+    ranked = space.ranked(blank.target)
     if not ranked:
         lowest = min(space.candidates(), key=lambda item: item.peak)
-        raise InfeasibleBudget(budget, {stage.stage: stage.peak.peak for stage in lowest.estimate.stages}, margin)
-    base = AutoPlan(config=str(space.config), runtime="cpu", budget=budget, host_budget=host_budget, family="counts",
-                    stages=(), text="", estimate=references["nothing"], references=references, empty=empty,
-                    margin=margin, target=target, budget_source=budget_source, time_source=time_source)
-    plan = space.auto_plan_of(base, ranked[0])
+        raise InfeasibleBudget(blank.budget, {stage.stage: stage.peak.peak for stage in lowest.estimate.stages},
+                               blank.margin)
+    plan = space.auto_plan_of(blank, ranked[0])
     note = (f"the layer-by-layer search cannot express this model's peak ({why}): all "
             f"{len(space.assignments())} count-form plans were estimated whole instead")
     return replace(plan, repairs=(note,))
-
-
-@dataclass(slots=True)
-class _Context:
-    source: Source
-    plan: Plan
-    spec: Any
-    runtime: str
-    hardware: Hardware
-    text: str
-    output_name: str
-    cells: AutoCells
-    problems: dict[tuple[Choice, ...], list[StageProblem]] = field(default_factory=dict)
-    times: TimeTable | None = None
-    compress: bool = False              # compression is among the choices: the written YAML says it either way
-
-    @classmethod
-    def read(cls, config: Source | Document, runtime: str, hardware: Hardware, text: str,
-             output_name: str) -> _Context:
-        """The context of a YAML read (a document) or written in memory (a source)."""
-        document = load_document(config)
-        source, plan = document.source, document.planned()
-        issues: list[ConfigIssue] = []
-        spec = read_spec(source, plan.family, issues, runtime=runtime)
-        if runtime == "cpu" and spec is not None:
-            issues += _cpu_layer_kind_issues(source, plan, spec[0])
-        raise_if_errors(issues)
-        return cls(source=source, plan=plan, spec=spec, runtime=runtime, hardware=hardware, text=text,
-                   output_name=output_name, cells=auto_cells_for(plan.family, source))
-
-    def stage_problems(self, choices: list[Choice]) -> list[StageProblem]:
-        key = tuple(choices)
-        if key not in self.problems:
-            self.problems[key] = stage_problems(self.plan, self.spec, key, runtime=self.runtime,
-                                                hardware=self.hardware, times=self.times)
-        return self.problems[key]
-
-    def uniform(self, choice: Choice) -> Assignment:
-        return Assignment(choices={layer.layer: choice for layer in self.plan.layers}, prefetch={})
-
-    def text_of(self, assignment: Assignment, header: list[str] | None = None) -> str:
-        original = self.source.get(("recompute_config",)) or {}
-        new = sections(assignment, self.plan.layout, original, self.cells, self.compress)
-        return replace_sections(self.text, {**new, **self._bases()}, header or [])
-
-    def _bases(self) -> dict:
-        """`base_config` written relative to where the planned YAML goes, when it goes to another folder."""
-        bases = parse_yaml(self.text, self.source.file).data.get(BASE_CONFIG)
-        here, there = Path(self.source.file).parent, Path(self.output_name).parent
-        if bases is None or here.resolve() == there.resolve():
-            return {}
-        moved = [os.path.relpath(here / name, there) for name in (bases if isinstance(bases, list) else [bases])]
-        return {BASE_CONFIG: moved if isinstance(bases, list) else moved[0]}
-
-    def estimate_of(self, assignment: Assignment) -> Estimate:
-        """The estimate of the YAML with these sections (built as a mapping: no text round trip)."""
-        original = self.source.get(("recompute_config",)) or {}
-        data = {**self.source.data, **sections(assignment, self.plan.layout, original, self.cells, self.compress)}
-        return estimate_source(Source(file=self.output_name, data=data, lines=self.source.lines),
-                               runtime=self.runtime, hardware=self.hardware)
 
 
 def solve(problem: StageProblem, budget: float, host_budget: float, *, prefixes: bool,
@@ -306,7 +177,7 @@ def solve(problem: StageProblem, budget: float, host_budget: float, *, prefixes:
     return solve_stage(problem, budget, host_budget, prefixes=prefixes, need_swap=need_swap)
 
 
-def _keep_everything(context: _Context, choices: list[Choice], budget: int) -> tuple[str, list[StagePlan]]:
+def _keep_everything(context: PlanContext, choices: list[Choice], budget: int) -> tuple[str, list[StagePlan]]:
     """The empty plan, when every stage's peak without recompute or swap is within the budget: answered at once,
     without a search (no plan adds less time)."""
     stages = []
@@ -317,7 +188,7 @@ def _keep_everything(context: _Context, choices: list[Choice], budget: int) -> t
     return "counts", stages
 
 
-def _best_family(context: _Context, families: dict[str, list[Choice]], budget: int,
+def _best_family(context: PlanContext, families: dict[str, list[Choice]], budget: int,
                  host_budget: float) -> tuple[str, list[StagePlan]] | None:
     """The family whose plan adds the least time; ties go to the count family (listed first)."""
     best = None
@@ -331,7 +202,7 @@ def _best_family(context: _Context, families: dict[str, list[Choice]], budget: i
     return None if best is None else (best[1], best[2])
 
 
-def _solve_family(context: _Context, name: str, choices: list[Choice], budget: int,
+def _solve_family(context: PlanContext, name: str, choices: list[Choice], budget: int,
                   host_budget: float) -> list[StagePlan] | None:
     """Every stage's best plan; in the index family at least one layer must swap (or the written
     `swap: True` without swap lists would switch on the default strategy), so the stage where
@@ -351,12 +222,12 @@ def _solve_family(context: _Context, name: str, choices: list[Choice], budget: i
                       searched_s=item.seconds, proven=item.proven) for problem, item in zip(problems, found)]
 
 
-def _repair(context: _Context, choices: list[Choice], name: str, stages: list[StagePlan], budget: int,
+def _repair(context: PlanContext, choices: list[Choice], name: str, stages: list[StagePlan], budget: int,
             host_budget: float) -> tuple[list[StagePlan], list[str], Estimate]:
     """Re-solve stages the estimator puts over the budget, held to budget minus the excess."""
     notes = []
     for attempt in range(REPAIRS + 1):
-        estimate = context.estimate_of(_assignment(stages))
+        estimate = context.estimate_of(assignment_of(stages))
         over = [stage for stage in estimate.stages if stage.peak.peak > budget]
         if not over or attempt == REPAIRS:
             break
@@ -373,17 +244,7 @@ def _repair(context: _Context, choices: list[Choice], name: str, stages: list[St
     return stages, notes, estimate
 
 
-def _assignment(stages: list[StagePlan]) -> Assignment:
-    choices, prefetch = {}, {}
-    for stage in stages:
-        for layer, option in stage.got().items():
-            choices[layer] = option.choice
-            if option.prefetch is not None:
-                prefetch[layer] = option.prefetch
-    return Assignment(choices=choices, prefetch=prefetch)
-
-
-def _minimum_budgets(context: _Context, families: dict[str, list[Choice]], host_budget: float) -> dict[int, int]:
+def _minimum_budgets(context: PlanContext, families: dict[str, list[Choice]], host_budget: float) -> dict[int, int]:
     """Per stage, the smallest peak its plan can reach, under the family that needs the smallest budget: the
     budget the search then plans with is the largest of them (`solver.least_peak`, exact in integers). In the
     index family some stage must swap (`_solve_family`): the one where swapping raises its minimum least."""
@@ -405,50 +266,3 @@ def _minimum_budgets(context: _Context, families: dict[str, list[Choice]], host_
             best = peaks
     return {} if best is None else {problem.stage: peak for problem, peak in
                                     zip(context.stage_problems(next(iter(families.values()))), best)}
-
-
-def _header(family: str, budget: int, host_budget: float, runtime: str, stages: list[StagePlan],
-            estimate: Estimate, references: dict[str, Estimate], cells: AutoCells, margin: float) -> list[str]:
-    from ..estimate.report import human
-
-    host = "unlimited" if host_budget == INFINITE else human(host_budget)
-    moves = " / layer or op swap with a backward_prefetch that hides the transfer" if family == "indices" else ""
-    form = ("layer indices, swap on" if family == "indices"
-            else "per-stage counts of the first layers (select counts include the fully recomputed layers before "
-                 "them: full recompute wins there)")
-    lines = [f"plan for {human(budget)} of device memory per stage ({runtime} runtime), host memory {host}.",
-             f"Made per pipeline stage by an exact search over keep / recompute {', '.join(cells.select)} or both /",
-             f"full recompute{moves}: the least predicted added step time with the estimated peak within the budget.",
-             f"Written as {form}."]
-    if any(option.choice.compress for stage in stages for option in stage.options):
-        lines.append("Compression (its codec's time measured in the profile) was among the choices: compress_config "
-                     "is written too.")
-    if margin:
-        held = human(budget - round(budget * margin))
-        lines.append(f"Predicted peaks held to {held}: a {margin * 100:g}% margin for the estimator's error on the "
-                     f"{runtime} runtime.")
-    for plan, stage in zip(stages, estimate.stages):
-        lines.append(f"stage {stage.stage}: predicted peak {human(stage.peak.peak)}, overhead {stage.overhead:.1%}: "
-                     + describe(plan.layers, [option.choice for option in plan.options],
-                                [option.prefetch for option in plan.options]))
-    for name, reference in references.items():
-        lines.append(f"for comparison, {name}: " + ", ".join(
-            f"stage {stage.stage} peak {human(stage.peak.peak)}, overhead {stage.overhead:.1%}"
-            for stage in reference.stages))
-    size = human(budget).replace(" ", "")
-    lines.append(f"Check: python -m mf_memopt estimate THIS.yaml --runtime {runtime} --device-memory {size}")
-    return lines
-
-
-def _cpu_layer_kind_issues(source: Source, plan: Plan, model: ModelSpec) -> list[ConfigIssue]:
-    """The cpu planner's terms assume layers of one kind, each on its own: layers of two kinds (dense first layers)
-    and MTP layers (which follow the last layer's choice) are planned with the ascend runtime only."""
-    keys = plan.family.keys
-    found = []
-    if model.dense_layers:
-        found.append(("first_k_dense_replace", "dense first layers and MoE layers"))
-    if model.mtp_layers:
-        found.append(("num_nextn_predict_layers", "MTP layers, which take the last layer's choice"))
-    return [source.issue((*keys.num_layers[:-1], key), f"auto --runtime cpu plans layers of one kind, each on its "
-                         f"own; this model has {what}", "plan it with the ascend runtime, or estimate a plan of "
-                         "your own with `estimate --runtime cpu` and `--measure`") for key, what in found]

@@ -40,7 +40,7 @@ def stage_problems(plan: Plan, spec: tuple[ModelSpec, ParallelSpec, OptimizerSpe
                               element_bytes=saved_element(kind, runtime))
              for kind in model.layer_kinds}
     seconds = {kind: hardware.seconds(sum(op.flops for op in ops[kind])) for kind in model.layer_kinds}
-    mtp = _mtp_prints(plan, model, parallel, choices, runtime, hardware)
+    mtp = mtp_prints(plan, model, parallel, choices, runtime, hardware)
     steps = parallel.micro_batches * parallel.grad_accumulation
     problems = []
     terms = None
@@ -79,7 +79,7 @@ def stage_problems(plan: Plan, spec: tuple[ModelSpec, ParallelSpec, OptimizerSpe
     return problems
 
 
-def _mtp_prints(plan: Plan, model: ModelSpec, parallel: ParallelSpec, choices: tuple[Choice, ...], runtime: str,
+def mtp_prints(plan: Plan, model: ModelSpec, parallel: ParallelSpec, choices: tuple[Choice, ...], runtime: str,
                 hardware: Hardware) -> tuple[dict[Choice, Footprint], float] | None:
     """Each choice's footprint on all the MTP layers together, and their forward seconds; None without MTP."""
     if not model.mtp_layers:

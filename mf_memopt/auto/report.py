@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..estimate.core import Estimate
 from ..estimate.report import human, human_up
-from .planner import INFINITE, AutoPlan, InfeasibleBudget
+from .results import INFINITE, AutoPlan, InfeasibleBudget
 from .writer import describe
 
 
@@ -20,10 +22,10 @@ def auto_text(result: AutoPlan) -> str:
     rows = [["stage", "layers", "budget", "predicted peak", "host (swap)", "overhead", "nothing: peak", "overhead",
              f"{strongest}: peak", "overhead"]]
     for stage, base, every in zip(result.estimate.stages, nothing.stages, full.stages):
-        rows.append([str(stage.stage), _span(stage.layers), human(result.budget), human(stage.peak.peak),
+        rows.append([str(stage.stage), layer_span(stage.layers), human(result.budget), human(stage.peak.peak),
                      human(stage.host_bytes), f"{stage.overhead:.1%}", human(base.peak.peak), f"{base.overhead:.1%}",
                      human(every.peak.peak), f"{every.overhead:.1%}"])
-    lines += _table(rows) + [""]
+    lines += text_table(rows) + [""]
     for plan in result.stages:
         lines.append(f"stage {plan.stage}: " + describe(plan.layers, [option.choice for option in plan.options],
                                                         [option.prefetch for option in plan.options]))
@@ -89,7 +91,8 @@ def infeasible_json(error: InfeasibleBudget) -> dict:
             "least_peak_bytes": {str(stage): value for stage, value in sorted(error.peaks.items())}}
 
 
-def _span(layers: tuple[int, ...]) -> str:
+def layer_span(layers: tuple[int, ...]) -> str:
+    """The layers as runs: `0-3,5`."""
     runs: list[list[int]] = []
     for layer in layers:
         if runs and runs[-1][1] == layer - 1:
@@ -99,7 +102,8 @@ def _span(layers: tuple[int, ...]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def _table(rows: list[list[str]]) -> list[str]:
+def text_table(rows: list[list[str]]) -> list[str]:
+    """The rows as lines of left-aligned columns, two spaces apart."""
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
 
@@ -128,3 +132,30 @@ def measure_text(rounds, timed, kept: AutoPlan, budget: int) -> str:
     lines += [f"{'kept' if item.plan is kept else 'rival'}: {item.name}: pool peak {human(item.peak)}, step "
               f"{item.time_s * 1e3:.0f} ms (median of {len(item.times)} race(s))" for item in timed]
     return "\n".join(lines)
+
+
+def auto_output_json(result: AutoPlan, output: Path | None, rounds=None, timed=None) -> dict:
+    """`auto --json`: the plan (`auto_json`), the file it was written to, and with `--measure` its peak rounds and
+    raced plans (`rounds` and `timed`, as `measure.measure_plan` gives them)."""
+    data = auto_json(result)
+    data["output"] = str(output) if output else None
+    if rounds is not None:
+        data["measure"] = measure_json(rounds)
+        data["timed"] = timed_json(timed, result)
+    return data
+
+
+def auto_output_text(result: AutoPlan, output: Path | None, budget: int | None, rounds=None, timed=None) -> str:
+    """`auto`'s text: the plan (`auto_text`), with `--measure` what its rounds and races measured, and where the YAML
+    was written."""
+    lines = [auto_text(result)]
+    if rounds is not None:
+        lines.append(measure_text(rounds, timed, result, budget))
+    lines.append(f"written to {output}" if output else "(no --output: the YAML was not written)")
+    return "\n".join(lines)
+
+
+def tightened_json(error) -> dict:
+    """`auto --measure --json` when a later round finds no plan (`measure.TightenedInfeasible`): the budget it could
+    not meet, and the rounds before it."""
+    return {**infeasible_json(error.error), "measure": measure_json(error.rounds)}

@@ -22,9 +22,10 @@ from ..config.load import Document, load_document
 from ..estimate.core import Estimate
 from ..estimate.transfer import Hardware
 from .choices import KEEP, Choice, choice_set
-from .planner import INFINITE, AutoPlan, StagePlan, _assignment, _Context, _header, priced
+from .context import PlanContext, assignment_of, plan_header
+from .results import INFINITE, AutoPlan, StagePlan
 from .solver import Option, best_plans
-from .timing import TimeTable
+from .timing import TimeTable, priced
 from .writer import Assignment, describe
 
 
@@ -66,8 +67,8 @@ class PlanSpace:
                  hardware: Hardware | None = None):
         document = load_document(config)            # a path is read here; a document is used as it is
         self.config, self.runtime, self.times = Path(document.source.file), runtime, times
-        self.context = _Context.read(document, runtime, hardware or Hardware(), document.source.text,
-                                     str(self.config))
+        self.context = PlanContext.read(document, runtime, hardware or Hardware(), document.source.text,
+                                        str(self.config))
         self.context.times = times
         self.offered = list(choice_set(self.context.cells, swap=False))
         plan = self.context.plan
@@ -107,7 +108,7 @@ class PlanSpace:
         return written_as(self.context, best, candidate.choices, candidate.estimate)
 
 
-def written_as(context: _Context, best: AutoPlan, choices: tuple[Choice, ...], estimate: Estimate | None = None
+def written_as(context: PlanContext, best: AutoPlan, choices: tuple[Choice, ...], estimate: Estimate | None = None
                ) -> AutoPlan:
     """The plan giving each layer `choices` (in layer order) as `auto` writes one: the same YAML sections and header
     as `best`, auto's own plan for this config and budget; priced as the search prices it."""
@@ -125,9 +126,9 @@ def written_as(context: _Context, best: AutoPlan, choices: tuple[Choice, ...], e
         searched = (sum(option.seconds for option in mine) if times is not None
                     else estimate.stages[stage].recompute_s)
         stages.append(StagePlan(stage=stage, layers=members, options=mine, budget=best.target, searched_s=searched))
-    text = context.text_of(_assignment(stages), _header("counts", best.budget, best.host_budget, context.runtime,
-                                                        stages, estimate, best.references, context.cells,
-                                                        best.margin))
+    header = plan_header("counts", best.budget, best.host_budget, context.runtime, stages, estimate, best.references,
+                         context.cells, best.margin)
+    text = context.text_of(assignment_of(stages), header)
     return replace(best, family="counts", stages=tuple(stages), text=text, estimate=estimate, repairs=(),
                    empty=best.empty and all(choice == KEEP for choice in choices))
 
@@ -139,7 +140,8 @@ def rivals(document: Document, plan: AutoPlan, *, count: int, times: TimeTable |
     the k best of the stage's programme, not every plan estimated), each written as `auto` writes one and named.
     When `plan` compresses, the fastest plan without compression is always one of them, named so: the race then
     says what compression bought. `--measure` races them against the plan (cpu: one stage)."""
-    context = _Context.read(document, "cpu", hardware or Hardware(), document.source.text, str(document.source.file))
+    context = PlanContext.read(document, "cpu", hardware or Hardware(), document.source.text,
+                               str(document.source.file))
     context.times = times
     offered = priced(choice_set(context.cells, swap=False, compress=plan.compress if times is not None else ()),
                      times)
@@ -193,7 +195,7 @@ def cached_or_profiled(config: str | Path | Document, *, measure: bool, runs: in
     table = timing.load_table(source, directory)
     if table is not None and compress:
         table = timing.without_other_codec(table, timing.codec_now())
-    context = _Context.read(document, "cpu", Hardware(), source.text, source.file) if compress else None
+    context = PlanContext.read(document, "cpu", Hardware(), source.text, source.file) if compress else None
     wanted = {choice.name for choice in choice_set(context.cells, swap=False, compress=compress)} if context else set()
     missing = sorted(wanted - set(table.added_s)) if table is not None else []
     if table is not None and not (missing and measure):

@@ -83,6 +83,14 @@ class TimeTable:
                    noise_s=float(data.get("noise_s", 0.0)), codec=str(data.get("codec", "")))
 
 
+def priced(choices: tuple[Choice, ...], times: TimeTable | None) -> tuple[Choice, ...]:
+    """The choices the profile prices: a compression the profile was measured without is left out (a profile is
+    measured for the methods asked; `space.cached_or_profiled`)."""
+    if times is None:
+        return choices
+    return tuple(choice for choice in choices if not choice.compress or choice.name in times.added_s)
+
+
 def codec_now() -> str:
     """The codec a compression choice runs with in this process's environment (`compress.choice.choose_codec`: the
     fused kernels and the graph-operator reference differ by about a quarter of a step here), or "unavailable"."""

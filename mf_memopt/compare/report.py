@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import Comparison
+from .engine import Comparison
 
 
 def comparison_text(result: Comparison) -> str:

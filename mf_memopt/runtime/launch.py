@@ -172,7 +172,7 @@ def _claimed(args: argparse.Namespace, state: _State, document: Document, plan: 
 
 
 def _train(args: argparse.Namespace, state: _State, document: Document, plan: Plan, claim: Claim) -> int:
-    from .session import Overrides, check, prepare
+    from .session import Overrides, assemble, check
 
     if claim.taken_over:
         LOGGER.warning(f"took over output directory {state.output} from a run that ended without releasing it "
@@ -188,7 +188,7 @@ def _train(args: argparse.Namespace, state: _State, document: Document, plan: Pl
                           epochs=args.epochs)
     plan = check(document, strict=args.strict, overrides=overrides, plan=plan)
     state.phase = "building the model"
-    session = prepare(document, strict=args.strict, overrides=overrides, plan=plan)
+    session = assemble(document, plan, overrides)       # checked above: `prepare` would check again
     state.rank = session.run.rank
     state.phase = "starting MindFormers' Trainer (before the first step)"
     report_path = state.output / report_name(session.run.rank, session.run.world_size)

@@ -12,7 +12,7 @@ import yaml
 from launching import launcher_command, launcher_env
 
 from mf_memopt.cli import main
-from mf_memopt.compare import _runtime
+from mf_memopt.compare import training_runtime
 from mf_memopt.config.device import device_of
 from mf_memopt.document.source import load_source
 from mf_memopt.runs.check import device_runtime
@@ -61,8 +61,8 @@ def test_a_yaml_without_device_target_means_ascend(tmp_path):
 
 def test_estimate_and_compare_take_the_same_device(tmp_path):
     bare = _variant(tmp_path, device=None)
-    assert device_runtime(bare) == "ascend" == _runtime(load_source(bare))
-    assert device_runtime(TINY) == "cpu" == _runtime(load_source(TINY))
+    assert device_runtime(bare) == "ascend" == training_runtime(load_source(bare))
+    assert device_runtime(TINY) == "cpu" == training_runtime(load_source(TINY))
 
 
 def test_validate_refuses_a_target_mf_memopt_does_not_train_on(tmp_path, capsys):

@@ -18,7 +18,7 @@ import pytest
 from mf_memopt.auto import Choice, InfeasibleBudget, auto_plan
 from mf_memopt.auto.choices import KEEP, footprints
 from mf_memopt.auto.limits import check_cpu_peak
-from mf_memopt.auto.planner import _Context
+from mf_memopt.auto.context import PlanContext
 from mf_memopt.auto.problem import stage_problems
 from mf_memopt.auto.writer import Assignment, sections
 from mf_memopt.config.load import load_plan, plan_source
@@ -80,7 +80,7 @@ def _every_plan(config: Path, runtime: str, choices: tuple[Choice, ...]) -> tupl
     """(peak per stage, added seconds) of every assignment the YAML can say, estimated by `estimate`."""
     text = config.read_text()
     source = parse_yaml(text, str(config))
-    context = _Context.read(source, runtime, Hardware(device_memory=GiB), text, str(config))
+    context = PlanContext.read(source, runtime, Hardware(device_memory=GiB), text, str(config))
     problems = stage_problems(context.plan, context.spec, choices, runtime=runtime, hardware=context.hardware)
     layers = [layer for problem in problems for layer in problem.layers]
     per_layer = [option for problem in problems for option in problem.positions]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-import mf_memopt.compare as compare_module
+import mf_memopt.compare.engine as compare_module
 from mf_memopt.cli import main
 from mf_memopt.compare import Comparison, compare_configs
 from mf_memopt.compare.configs import LossyUse, check_only_plan_changes, lossy_uses, with_lossy_uses

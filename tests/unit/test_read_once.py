@@ -31,7 +31,7 @@ ENTRIES = {
     "verify/precompile.py:main": {"load_document"},
     "auto/race.py:main": {"load_document"},
     "runs/check.py:measure_and_compare": {"load_document"},
-    "compare/__init__.py:compare_configs": {"load_document"},
+    "compare/engine.py:compare_configs": {"load_document"},
     "auto/balance.py:balance_plan": {"load_document"},
     # library functions a user or a test calls with a path: read at their top; a Document passes through
     "estimate/core.py:estimate_config": {"load_document"},
@@ -44,7 +44,7 @@ ENTRIES = {
     "runs/runner.py:yaml_dataset": {"load_document"},
     # YAMLs `auto` writes in memory (its plans, its offsets), each a new document
     "estimate/core.py:estimate_source": {"load_document"},
-    "auto/planner.py:_Context.read": {"load_document"},
+    "auto/context.py:PlanContext.read": {"load_document"},
     "auto/balance.py:_Pipeline.read": {"load_document"},
 }
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import mf_memopt.compare as compare_module
+import mf_memopt.compare.engine as compare_module
 from mf_memopt.cli import main
 from mf_memopt.runs import measure
 
