@@ -72,7 +72,7 @@ def _wait(process: subprocess.Popen) -> tuple[int, resource.struct_rusage, str |
 
 
 def run_case(code_dir: Path, content, workdir: Path) -> tuple[str, float, float]:
-    sys.path.insert(0, str(REPO / "tests"))
+    sys.path[:0] = [str(REPO / "tests" / "unit"), str(REPO / "tests" / "helpers")]
     from test_hostile_inputs import _write
 
     case_dir = Path(tempfile.mkdtemp(dir=workdir))
@@ -93,7 +93,7 @@ def main() -> int:
     parser.add_argument("--baseline", help="a git revision to compare with (its mf_memopt/ only)")
     parser.add_argument("--only", help="run the inputs whose name contains this text")
     args = parser.parse_args()
-    sys.path[:0] = [str(REPO), str(REPO / "tests")]
+    sys.path[:0] = [str(REPO), str(REPO / "tests" / "unit"), str(REPO / "tests" / "helpers")]
     from test_hostile_inputs import ROWS
 
     with tempfile.TemporaryDirectory() as tmp:

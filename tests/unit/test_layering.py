@@ -313,3 +313,26 @@ def test_compare_trains_through_the_runner_and_imports_nothing_of_estimate():
              for target, _ in package_imports(path.read_text(), _module_name(path), path.stem == "__init__")
              if target.startswith("mf_memopt.estimate")]
     assert found == []
+
+
+LONGEST_FUNCTION = 60
+
+
+def long_functions(source: str) -> list[tuple[str, int]]:
+    """(name, lines) of every function in `source` longer than LONGEST_FUNCTION lines, `def` to its last line."""
+    return [(node.name, node.end_lineno - node.lineno + 1) for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.end_lineno - node.lineno + 1 > LONGEST_FUNCTION]
+
+
+def test_no_function_in_the_package_is_over_sixty_lines():
+    found = [f"{path.relative_to(PACKAGE)}: {name} ({lines} lines)" for path in sorted(PACKAGE.rglob("*.py"))
+             for name, lines in long_functions(path.read_text())]
+    assert found == []
+
+
+def test_the_length_check_would_see_a_long_function_nested_or_not():
+    body = "".join(f"    x{index} = {index}\n" for index in range(60))
+    assert long_functions(f"def short():\n{body[:-len('    x59 = 59')-1]}\n") == []
+    assert long_functions(f"def long():\n{body}") == [("long", 61)]
+    assert long_functions("class A:\n    def method(self):\n" + body.replace("    ", "        ")) == [("method", 61)]
