@@ -1,6 +1,6 @@
 """Patterns checked against the model's recorded decoder layer, before anything is built.
 
-Where the model family has recorded the layer a YAML builds (`ModelFamily.layer_tree`), every
+Where the model family has recorded the layer a YAML builds (`config.family_rules.ConfigRules.layer_tree`), every
 pattern of the resolved plan is matched against it exactly as `apply` matches it against the
 built layer, with the same messages: a pattern that matches nothing, a comm or exclude pattern
 that names only cells, an op_compress pattern that names an operator. Without a recorded layer

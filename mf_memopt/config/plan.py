@@ -139,7 +139,7 @@ class Plan:
     file: str
     layout: Layout
     rules: Rules
-    family: ModelFamily                     # the model family the YAML trains (`models`)
+    family: ModelFamily                     # the model family the YAML trains (`family`)
     layers: tuple[LayerPlan, ...]
     conflicts: tuple[Conflict, ...] = ()
     warnings: tuple[ConfigIssue, ...] = ()

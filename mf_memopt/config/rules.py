@@ -3,7 +3,7 @@
 `normalise.normalise` reads the schema-valid sections once (`recompute.py`, `swap.py`, `compress.py`,
 through one `SectionReader`) and never looks at the raw YAML again. Each rule keeps its
 origin (key path and line) so later stages can name it. What the sections mean when they
-name no pattern is the model family's (`models`).
+name no pattern is the model family's (`family.Defaults`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Which tensors the CPU backend keeps, when it casts and in which order the optimizer runs are
 choices of the MindSpore runtime (and of MindFormers' model and optimizer code), read off
-allocation logs of the versions each family records (`ModelFamily.cpu_measured_on`). Another
+allocation logs of the versions each family records (`estimate.family.Estimator.cpu_measured_on`). Another
 version may make other choices; `estimate --measure` then shows how far off the estimate is.
 """
 

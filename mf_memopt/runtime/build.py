@@ -2,8 +2,8 @@
 
 Exactly one implementation may set recompute and offload attributes. Where MindFormers sets
 them while it builds a model depends on the model family, which turns every one of those
-places off (`ModelFamily.prepare_build`) and installs what the backend lacks once the model
-is built (`ModelFamily.after_build`); mf_memopt's plan is applied afterwards.
+places off (`apply.family.Backend.prepare_build`) and installs what the backend lacks once the model
+is built (`Backend.after_build`); mf_memopt's plan is applied afterwards.
 """
 
 from __future__ import annotations
