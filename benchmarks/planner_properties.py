@@ -10,6 +10,8 @@ The properties, for the per-stage plan of the layout as written (`auto`) and for
   `--balance`: the pipeline's predicted step time);
 * **fits**: every plan's predicted peaks hold its budget;
 * **agree**: where `--balance` keeps the layout as written, its plan is `auto`'s plan (the same peaks and times).
+
+With `hardware` giving codec throughputs (`Hardware.codec_gbps`), compression is among the choices of both.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from mf_memopt.auto import InfeasibleBudget, auto_plan
 from mf_memopt.auto.balance import balance_plan
+from mf_memopt.estimate import Hardware
 
 GiB = 1 << 30
 REPO = Path(__file__).resolve().parent.parent
@@ -38,13 +41,18 @@ class Report:
     failures: list[str] = field(default_factory=list)
 
 
-def sweep(path: Path, budgets: list[int] | None = None, steps: int = 6, balance: bool = True) -> Report:
+def sweep(path: Path, budgets: list[int] | None = None, steps: int = 6, balance: bool = True,
+          hardware: Hardware | None = None, host_budget: float = float("inf")) -> Report:
     """Check the properties on `path` at `budgets` (default: `steps` + 1 budgets from the smaller named minimum to
-    5% above the written plan's no-recompute peak)."""
+    5% above the written plan's no-recompute peak), with `hardware`'s figures and `host_budget` bytes of host
+    memory per stage."""
     report = Report(config=path.name)
-    report.auto_minimum = _named(report, "auto", lambda budget: auto_plan(path, budget=budget))
+    planners = {"auto": lambda budget: auto_plan(path, budget=budget, hardware=hardware, host_budget=host_budget),
+                "--balance": lambda budget: balance_plan(path, budget=budget, hardware=hardware,
+                                                         host_budget=host_budget)}
+    report.auto_minimum = _named(report, "auto", planners["auto"])
     if balance:
-        report.balance_minimum = _named(report, "--balance", lambda budget: balance_plan(path, budget=budget))
+        report.balance_minimum = _named(report, "--balance", planners["--balance"])
     if budgets is None:
         top = max(stage.peak.peak for stage in auto_plan(path, budget=1 << 60).references["nothing"].stages)
         low = min(report.auto_minimum, report.balance_minimum or report.auto_minimum)
@@ -53,7 +61,7 @@ def sweep(path: Path, budgets: list[int] | None = None, steps: int = 6, balance:
     previous: dict[str, float] = {}
     for budget in sorted(budgets):
         report.budgets += 1
-        _at(report, path, budget, balance, previous)
+        _at(report, planners, budget, balance, previous)
     return report
 
 
@@ -86,14 +94,13 @@ def _peak(result) -> int:
     return max(stage.peak.peak for stage in result.estimate.stages)
 
 
-def _at(report: Report, path: Path, budget: int, balance: bool, previous: dict[str, float]) -> None:
+def _at(report: Report, planners: dict, budget: int, balance: bool, previous: dict[str, float]) -> None:
     plans = {}
-    for name, planner, minimum in (("auto", lambda: auto_plan(path, budget=budget), report.auto_minimum),
-                                   ("--balance", lambda: balance_plan(path, budget=budget), report.balance_minimum)):
+    for name, minimum in (("auto", report.auto_minimum), ("--balance", report.balance_minimum)):
         if name == "--balance" and not balance:
             continue
         try:
-            result = planner()
+            result = planners[name](budget)
         except InfeasibleBudget:
             if budget >= minimum:
                 report.failures.append(f"{name}: infeasible at {budget}, at or above its named minimum {minimum}")
@@ -111,8 +118,8 @@ def _at(report: Report, path: Path, budget: int, balance: bool, previous: dict[s
     if "auto" in plans and "--balance" in plans and plans["--balance"].balanced.offsets == \
             plans["--balance"].written.offsets:
         mine, theirs = plans["--balance"].plan.estimate.stages, plans["auto"].estimate.stages
-        if [(stage.peak.peak, stage.recompute_s) for stage in mine] != \
-                [(stage.peak.peak, stage.recompute_s) for stage in theirs]:
+        if [(stage.peak.peak, stage.recompute_s, stage.codec_s) for stage in mine] != \
+                [(stage.peak.peak, stage.recompute_s, stage.codec_s) for stage in theirs]:
             report.failures.append(f"--balance kept the layout as written at {budget} but planned it otherwise "
                                    "than auto")
 

@@ -128,6 +128,7 @@ def _parser(program: str = MODULE) -> argparse.ArgumentParser:
                           help=f"sustained fp16/bf16 TFLOPS of one device (default {DEFAULT_TFLOPS:g})")
     estimate.add_argument("--host-bandwidth", type=_positive, default=DEFAULT_HOST_GBPS,
                           help=f"device<->host GB/s (10**9 bytes/s) per direction (default {DEFAULT_HOST_GBPS:g})")
+    estimate.add_argument("--codec-gbps", type=_codec_rates, default=(), metavar="RATES", help=CODEC_HELP)
     estimate.add_argument("--runtime", choices=("ascend", "cpu"), default=None,
                           help="ascend: device memory of an Ascend run; cpu: the MindSpore memory-pool peak of this "
                                "project's CPU launcher (default ascend; with --measure, the config's "
@@ -167,6 +168,8 @@ def _auto_parser(commands) -> None:
                       help=f"sustained fp16/bf16 TFLOPS of one device (default {DEFAULT_TFLOPS:g})")
     auto.add_argument("--host-bandwidth", type=_positive, default=DEFAULT_HOST_GBPS,
                       help=f"device<->host GB/s (10**9 bytes/s) per direction (default {DEFAULT_HOST_GBPS:g})")
+    auto.add_argument("--codec-gbps", type=_codec_rates, default=(), metavar="RATES",
+                      help=CODEC_HELP + "; with it --compress works on --runtime ascend and with --balance")
     auto.add_argument("--margin", type=_percent, metavar="PERCENT",
                       help="hold predicted peaks this many percent under the budget (default: 5 with --runtime cpu, "
                            "the estimator's worst held-out under-estimate rounded up; 0 with ascend or --measure)")
@@ -184,9 +187,10 @@ def _auto_parser(commands) -> None:
                            "given to every layer, raced in one process; cached); --measure implies it. Without it a "
                            "cached profile is used, else the FLOP model")
     auto.add_argument("--compress", metavar="METHODS",
-                      help="cpu, with a measured profile: the methods a layer's MLP inputs may be kept compressed "
-                           "with, comma-separated (int8, int4, int2, lossless), or none; their time is the "
-                           "profile's (default int8,lossless; the plan writes compress_config)")
+                      help="the methods a layer's MLP inputs may be kept compressed with, comma-separated (int8, "
+                           "int4, int2, lossless), or none; each priced by the cpu runtime's measured profile or by "
+                           "its --codec-gbps figure (default: those of int8,lossless something prices; the plan "
+                           "writes compress_config)")
     auto.add_argument("--timing-runs", type=_positive_int, default=1, metavar="N",
                       help="cpu: races of the choices in a new time profile, and of the plans in --measure's time "
                            "loop; a time is the median over them (default 1)")
@@ -249,6 +253,10 @@ def _check_data(args: argparse.Namespace) -> int:
     return run_check_data(load_document(args.config).source)
 
 
+CODEC_HELP = ("a compression method's compress + restore throughput measured on the device, in GB/s (10**9 bytes/s) of "
+              "its full-precision input: METHOD=GBPS,... (int8, int4, int2, lossless) or one GBPS for every method; "
+              "without a figure a method's codec costs no time in the estimate and --runtime ascend does not offer it")
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -268,6 +276,37 @@ def _percent(text: str) -> float:
     if not 0 <= value < 100:
         raise argparse.ArgumentTypeError(f"must be at least 0 and under 100, got {text}")
     return value / 100
+
+
+def _codec_rates(text: str) -> tuple[tuple[str, float], ...]:
+    """--codec-gbps: `int8=40,lossless=300` (each method once) or one figure for every method."""
+    from .auto.choices import METHODS
+
+    if "=" not in text:
+        try:
+            rate = _positive(text)
+        except argparse.ArgumentTypeError as error:
+            raise argparse.ArgumentTypeError(f"expected METHOD=GBPS,... or one GBPS for every method: {error}") \
+                from None
+        return tuple((method, rate) for method in METHODS)
+    rates: dict[str, float] = {}
+    for part in filter(None, (item.strip() for item in text.split(","))):
+        method, _, value = part.partition("=")
+        method = method.strip()
+        if method not in METHODS:
+            raise argparse.ArgumentTypeError(f"unknown method {method!r} in {text!r} (use {', '.join(METHODS)})")
+        if method in rates:
+            raise argparse.ArgumentTypeError(f"{method} is given twice in {text!r}")
+        rates[method] = _positive(value.strip())
+    return tuple(rates.items())
+
+
+def _hardware(args: argparse.Namespace, device_memory: int | None):
+    """The device figures the command line gives (`estimate.Hardware`)."""
+    from .estimate import Hardware
+
+    return Hardware(device_memory=device_memory, tflops=args.tflops, host_gbps=args.host_bandwidth,
+                    codec_gbps=args.codec_gbps)
 
 
 def _positive(text: str) -> float:
@@ -318,10 +357,10 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _estimate(args: argparse.Namespace) -> int:
-    from .estimate import Hardware, estimate_config
+    from .estimate import estimate_config
     from .estimate.report import estimate_text, write_chart
 
-    hardware = Hardware(device_memory=args.device_memory, tflops=args.tflops, host_gbps=args.host_bandwidth)
+    hardware = _hardware(args, args.device_memory)
     if args.exact and not args.measure:
         print("--exact refines --measure: add --measure", file=sys.stderr)
         return 2
@@ -350,22 +389,24 @@ def _auto(args: argparse.Namespace) -> int:
     host = args.host_memory if args.host_memory is not None else float("inf")
     output = Path(args.output) if args.output else None
     margin = args.margin if args.margin is not None else (0.0 if args.measure else None)
-    if args.balance:
-        return _auto_balance(args, budget, host, margin, output)
     compress = _methods(args.compress)
-    problem = _compress_problem(compress, args.runtime)
+    problem = _compress_problem(compress, args.runtime, args.codec_gbps)
     if problem:
         print(f"auto: --compress: {problem}", file=sys.stderr)
         return 2
+    if args.balance:
+        return _auto_balance(args, budget, host, margin, output, compress)
     document = load_document(args.config)           # the one reading of the config for this command
     try:
         times = _time_profile(args, document, compress)
     except MeasureError as error:
         print(f"auto --profile: {error}", file=sys.stderr)
         return 1
-    if compress and times is None:
-        print("auto: --compress: compression choices are priced by a measured step-time profile: add --profile (or "
-              "--measure)", file=sys.stderr)
+    unpriced = _unpriced(compress, args.codec_gbps) if times is None else []
+    if unpriced:
+        print(f"auto: --compress: nothing prices the codec's time of {', '.join(unpriced)}: add --profile (or "
+              f"--measure), or give its throughput measured on the device (--codec-gbps {unpriced[0]}=GBPS)",
+              file=sys.stderr)
         return 2
     return _auto_plan(args, document, budget, host, margin, output, times, compress)
 
@@ -387,17 +428,24 @@ def _auto_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _compress_problem(compress: tuple[str, ...] | None, runtime: str) -> str | None:
+def _compress_problem(compress: tuple[str, ...] | None, runtime: str, rates: tuple) -> str | None:
     """What is wrong with --compress's methods on this runtime, in one line; None when nothing."""
     from .auto.choices import METHODS
 
     unknown = sorted(set(compress or ()) - set(METHODS))
     if unknown:
         return f"unknown method(s) {', '.join(unknown)} (use {', '.join(METHODS)}, or none)"
-    if compress and runtime != "cpu":
-        return ("compression choices are priced by a measured step-time profile of the cpu launcher: use it with "
-                "--runtime cpu")
+    unpriced = _unpriced(compress, rates)
+    if unpriced and runtime != "cpu":
+        return (f"nothing prices the codec's time of {', '.join(unpriced)} on the ascend runtime: give its throughput "
+                f"measured on the device (--codec-gbps {unpriced[0]}=GBPS), or plan with --runtime cpu and a "
+                "measured profile")
     return None
+
+
+def _unpriced(compress: tuple[str, ...] | None, rates: tuple) -> list[str]:
+    """The methods of --compress that --codec-gbps has no figure for."""
+    return [method for method in compress or () if method not in dict(rates)]
 
 
 def _time_profile(args: argparse.Namespace, document: Document, compress: tuple[str, ...] | None):
@@ -420,12 +468,11 @@ def _auto_plan(args: argparse.Namespace, document: Document, budget: int | None,
     from .auto.measure import TightenedInfeasible, holds
     from .auto.milp import SolverError
     from .auto.report import auto_output_json, auto_output_text, infeasible_json, infeasible_text, tightened_json
-    from .estimate import Hardware
     from .runs.measure import MeasureError
 
     def plan_for(target: int):
         return auto_plan(document, budget=target, runtime=args.runtime, host_budget=host,
-                         hardware=Hardware(device_memory=target, tflops=args.tflops, host_gbps=args.host_bandwidth),
+                         hardware=_hardware(args, target),
                          output_name=str(output or args.config), margin=margin, times=times, compress=compress)
 
     rounds, timed = None, None
@@ -465,9 +512,8 @@ def _auto_plan(args: argparse.Namespace, document: Document, budget: int | None,
 def _measure(args: argparse.Namespace, document, plan_for, budget: int, output, times):
     """--measure: the peak rounds, then the time loop (the plan and its nearest rivals raced in one process)."""
     from .auto.measure import measure_plan
-    from .estimate import Hardware
 
-    hardware = Hardware(device_memory=budget, tflops=args.tflops, host_gbps=args.host_bandwidth)
+    hardware = _hardware(args, budget)
     rounds, plan, timed = measure_plan(document, plan_for, budget, times, rivals=args.rivals, hardware=hardware,
                                        runs=args.timing_runs, report=lambda line: print(line, file=sys.stderr))
     if output and not timed:
@@ -475,20 +521,19 @@ def _measure(args: argparse.Namespace, document, plan_for, budget: int, output, 
     return rounds, plan, timed
 
 
-def _auto_balance(args: argparse.Namespace, budget: int, host: float, margin: float | None, output) -> int:
+def _auto_balance(args: argparse.Namespace, budget: int, host: float, margin: float | None, output,
+                  compress: tuple[str, ...] | None) -> int:
     from .auto import InfeasibleBudget
     from .auto.balance import balance_plan
     from .auto.balance_report import balance_infeasible_text, balance_json, balance_text
     from .auto.milp import SolverError
     from .auto.offsets_writer import WriterError
     from .auto.report import infeasible_json
-    from .estimate import Hardware
 
     try:
         result = balance_plan(args.config, budget=budget, host_budget=host, margin=margin,
-                              hardware=Hardware(device_memory=budget, tflops=args.tflops,
-                                                host_gbps=args.host_bandwidth),
-                              output_name=str(output or args.config))
+                              hardware=_hardware(args, budget), output_name=str(output or args.config),
+                              compress=compress)
     except InfeasibleBudget as error:
         print(balance_infeasible_text(error), file=sys.stderr)
         if args.json:

@@ -53,7 +53,7 @@ from .choices import choice_set
 from .layout_milp import LayoutProgramme, layer_kind, mtp_kind, stage_memory
 from .milp import MIB, TIME_LIMIT_S, SolverError
 from .offsets_writer import offsets_writable, write_offsets
-from .planner import auto_plan
+from .planner import auto_plan, compression_methods
 from .problem import communication
 from .results import INFINITE, AutoPlan, Balanced, InfeasibleBudget, PipelinePlan, StageTime, budget_for
 from .solver import feasibility_only
@@ -64,11 +64,13 @@ REPAIRS = 3
 
 def balance_plan(config: str | Path | Document, *, budget: int | None = None, host_budget: float = INFINITE,
                  hardware: Hardware | None = None, margin: float | None = None,
-                 output_name: str | None = None) -> Balanced:
+                 output_name: str | None = None, compress: tuple[str, ...] | None = None) -> Balanced:
     """Choose offsets and the recompute/swap plan of `config` for the least predicted step time with every
     stage's peak within `budget` bytes (ascend runtime; without it, the YAML's: `estimate.budget.device_budget`);
     raises `InfeasibleBudget` (the smallest budget at which it then plans) or `ConfigError`. `config`: a path
-    (read here) or a document already read."""
+    (read here) or a document already read. `compress`: the compression methods a layer may take, each priced by
+    its codec throughput in `hardware` (`planner.compression_methods`: by default those of `DEFAULT_COMPRESS` it
+    has a figure for)."""
     started = time.perf_counter()
     document = load_document(config)
     source, path = document.source, Path(document.source.file)
@@ -77,10 +79,12 @@ def balance_plan(config: str | Path | Document, *, budget: int | None = None, ho
     raise_if_errors(issues)
     budget = resolved.nbytes
     hardware = replace(hardware or Hardware(), device_memory=budget)
-    model = _Pipeline.read(document, hardware)
+    methods = compression_methods(compress, "ascend", None, hardware)
+    model = _Pipeline.read(document, hardware, methods)
     written = model.times(model.estimate(document), model.written_offsets())
     attempts = _Attempts(model=model, source=source, path=path, host_budget=host_budget, hardware=hardware,
-                         margin=margin, output_name=output_name or str(path), written=written.offsets)
+                         margin=margin, output_name=output_name or str(path), written=written.offsets,
+                         methods=methods)
     found = attempts.at(budget)
     if not found.candidates:
         raise attempts.infeasible(budget)
@@ -122,12 +126,13 @@ class _Attempts:
     margin: float | None
     output_name: str
     written: list
+    methods: tuple[str, ...] = ()       # the compression methods offered
 
     def exact(self, offsets: list, budget: int, minimum: bool) -> AutoPlan:
         edited = self.model.with_offsets(self.source, offsets)
         return auto_plan(self.path, budget=budget, runtime="ascend", host_budget=self.host_budget,
                          hardware=replace(self.hardware, device_memory=budget), output_name=self.output_name,
-                         margin=self.margin, source=edited, minimum=minimum)
+                         margin=self.margin, source=edited, minimum=minimum, compress=self.methods)
 
     def at(self, budget: int, notes: bool = True, first: bool = False) -> _Found:
         """1. The programme's layout for the budget less the margin, planned by the exact search; a stage the exact
@@ -224,9 +229,9 @@ class _Pipeline:
     programme: LayoutProgramme
 
     @classmethod
-    def read(cls, config: Source | Document, hardware: Hardware) -> _Pipeline:
+    def read(cls, config: Source | Document, hardware: Hardware, methods: tuple[str, ...] = ()) -> _Pipeline:
         """Check the config (a document, or a source held in memory; one `ConfigError` with every problem), then
-        price its parts."""
+        price its parts, the compression `methods` among the choices."""
         document = load_document(config)
         source, plan = document.source, document.planned()
         issues: list = []
@@ -243,7 +248,7 @@ class _Pipeline:
         raise_if_errors(issues)
         model, parallel, optimizer = spec
         family = plan.family
-        choices = choice_set(auto_cells_for(family, source), swap=True,
+        choices = choice_set(auto_cells_for(family, source), swap=True, compress=methods,
                              full=parallel.seq_split == 1)   # MindFormers refuses full recompute under seq pipe
         kinds = [layer_kind(kind, choices, family, parallel, hardware, index,
                             communication(plan, kind, parallel, "ascend"))
@@ -300,7 +305,7 @@ class _Pipeline:
         """The estimator's peaks and times of a plan, the output heads' matmuls added to the last stage."""
         last = self.stages - 1
         stages = tuple(StageTime(stage=stage.stage, layers=stage.layers, peak=stage.peak.peak,
-                                 seconds=stage.compute_s + stage.recompute_s + stage.stall_s
+                                 seconds=stage.compute_s + stage.recompute_s + stage.codec_s + stage.stall_s
                                  + (self.steps * self.head_s if stage.stage == last else 0.0))
                        for stage in estimate.stages)
         return PipelinePlan(offsets=offsets, stages=stages, step_s=self.step_s([stage.seconds for stage in stages]))

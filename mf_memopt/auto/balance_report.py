@@ -31,6 +31,7 @@ def balance_text(result: Balanced) -> str:
         lines.append(f"stage {plan.stage}: " + describe(plan.layers, [option.choice for option in plan.options],
                                                         [option.prefetch for option in plan.options]))
     lines += [f"repair: {note}" for note in (*result.notes, *result.plan.repairs)]
+    lines += [f"note: {note}" for note in result.plan.notes]
     lines.append(f"planned in {result.wall_s:.2f} s")
     return "\n".join(lines)
 
@@ -41,7 +42,7 @@ def balance_json(result: Balanced) -> dict:
             "layout": result.layout, "layout_reason": result.why or None, "written": _plan_json(result.written),
             "balanced": _plan_json(result.balanced),
             "step_time_ratio": result.ratio, "planning_seconds": result.wall_s, "family": result.plan.family,
-            "repairs": [*result.notes, *result.plan.repairs], "yaml": result.text}
+            "repairs": [*result.notes, *result.plan.repairs], "notes": list(result.plan.notes), "yaml": result.text}
 
 
 def balance_infeasible_text(error: InfeasibleBudget) -> str:

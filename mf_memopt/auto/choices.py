@@ -129,6 +129,12 @@ class Footprint:
     def swapped(self) -> int:
         return self.effect.bytes("swapped")
 
+    @property
+    def held_in_backward(self) -> int:
+        """What the ascend estimator's backward working set holds for this layer: what it rebuilds at once and what
+        its codec restores (`estimate.memory`)."""
+        return self.rebuilt + self.effect.backward_extra
+
 
 def footprints(choices: tuple[Choice, ...], inventory: list[Saved], ops: list[Op],
                family: ModelFamily, communication: list[Saved] | tuple = (), *, model=None,

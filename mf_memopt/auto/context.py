@@ -102,8 +102,10 @@ def assignment_of(stages: list[StagePlan]) -> Assignment:
 
 
 def plan_header(family: str, budget: int, host_budget: float, runtime: str, stages: list[StagePlan],
-                estimate: Estimate, references: dict[str, Estimate], cells: AutoCells, margin: float) -> list[str]:
-    """The lines `auto` writes on top of the planned YAML: how the plan was made, and each stage's peak."""
+                estimate: Estimate, references: dict[str, Estimate], cells: AutoCells, margin: float,
+                profiled: bool = False) -> list[str]:
+    """The lines `auto` writes on top of the planned YAML: how the plan was made, and each stage's peak; `profiled`:
+    a measured profile priced the choices (else the FLOP model and the codec throughput given)."""
     host = "unlimited" if host_budget == INFINITE else human(host_budget)
     moves = " / layer or op swap with a backward_prefetch that hides the transfer" if family == "indices" else ""
     form = ("layer indices, swap on" if family == "indices"
@@ -114,8 +116,9 @@ def plan_header(family: str, budget: int, host_budget: float, runtime: str, stag
              f"full recompute{moves}: the least predicted added step time with the estimated peak within the budget.",
              f"Written as {form}."]
     if any(option.choice.compress for stage in stages for option in stage.options):
-        lines.append("Compression (its codec's time measured in the profile) was among the choices: compress_config "
-                     "is written too.")
+        codec = "measured in the profile" if profiled else "priced at " + ", ".join(
+            f"{method} {rate:g} GB/s" for method, rate in estimate.hardware.codec_gbps)
+        lines.append(f"Compression (its codec's time {codec}) was among the choices: compress_config is written too.")
     if margin:
         held = human(budget - round(budget * margin))
         lines.append(f"Predicted peaks held to {held}: a {margin * 100:g}% margin for the estimator's error on the "

@@ -21,7 +21,7 @@ from ..estimate.transfer import Hardware
 from .choices import Choice, footprints
 from .limits import AWAY, synthetic_layer
 from .milp import MIB, TIME_LIMIT_S, Linear, Program
-from .problem import hidden_prefetch, mtp_prints
+from .problem import hidden_prefetch, mtp_prints, saved_element
 from .results import INFINITE
 
 
@@ -264,7 +264,8 @@ def layer_kind(kind: ModelSpec, choices: tuple[Choice, ...], family, parallel: P
     """A layer kind's footprint under every choice, from the estimator's own functions (`choices.footprints`)."""
     estimator = estimator_of(family)
     ops = estimator.layer_ops(kind, parallel)
-    prints = footprints(choices, estimator.inventory(kind, parallel, "ascend"), ops, family, kept_communication)
+    prints = footprints(choices, estimator.inventory(kind, parallel, "ascend"), ops, family, kept_communication,
+                        model=kind, element_bytes=saved_element(kind, "ascend"))
     forward = hardware.seconds(sum(op.flops for op in ops))
     # a swap needs some layer after it (`hidden_prefetch`); one whose release takes a whole layer's forward needs two
     allowed = tuple(not p.choice.swaps or (p.swapped > 0 and hidden_prefetch(
@@ -273,9 +274,9 @@ def layer_kind(kind: ModelSpec, choices: tuple[Choice, ...], family, parallel: P
                                                             hardware.operators_per_layer) is not None else 2
                  for p in prints)
     return LayerKind(params=stage_params(kind, parallel, [index], False, False), forward_s=forward,
-                     kept=tuple(p.kept for p in prints), rebuilt=tuple(p.rebuilt for p in prints),
+                     kept=tuple(p.kept for p in prints), rebuilt=tuple(p.held_in_backward for p in prints),
                      swapped=tuple(p.swapped for p in prints),
-                     recompute_s=tuple(hardware.seconds(p.effect.recompute_flops) for p in prints), allowed=allowed,
+                     recompute_s=tuple(hardware.added_seconds(p.effect) for p in prints), allowed=allowed,
                      tail=tail)
 
 
@@ -284,8 +285,8 @@ def mtp_kind(plan: Plan, model: ModelSpec, parallel: ParallelSpec, choices: tupl
     """All the MTP layers together as one kind, under the last layer's choice (they never swap)."""
     prints, forward = mtp_prints(plan, model, parallel, choices, "ascend", hardware)
     return LayerKind(params=StageParams(split=0), forward_s=forward, kept=tuple(prints[c].kept for c in choices),
-                     rebuilt=tuple(prints[c].rebuilt for c in choices), swapped=(0,) * len(choices),
-                     recompute_s=tuple(hardware.seconds(prints[c].effect.recompute_flops) for c in choices),
+                     rebuilt=tuple(prints[c].held_in_backward for c in choices), swapped=(0,) * len(choices),
+                     recompute_s=tuple(hardware.added_seconds(prints[c].effect) for c in choices),
                      allowed=tuple(not c.swaps for c in choices))
 
 

@@ -55,17 +55,24 @@ def default_margin(runtime: str) -> float:
 DEFAULT_COMPRESS = ("int8", "lossless")
 
 
-def compression_methods(compress: tuple[str, ...] | None, runtime: str, times: TimeTable | None) -> tuple[str, ...]:
-    """The compression methods `auto` offers: `compress` as asked (a ValueError where nothing prices them: the codec's
-    time is measured, not modelled), else `DEFAULT_COMPRESS` where a measured cpu profile prices them."""
+def compression_methods(compress: tuple[str, ...] | None, runtime: str, times: TimeTable | None,
+                        hardware: Hardware | None = None) -> tuple[str, ...]:
+    """The compression methods `auto` offers: `compress` as asked (a ValueError where nothing prices one: the codec's
+    time is measured, not modelled), else those of `DEFAULT_COMPRESS` something prices. A measured cpu profile
+    prices every method; otherwise a method is priced by its codec throughput measured on the device
+    (`Hardware.codec_gbps`)."""
+    profiled = runtime == "cpu" and times is not None
+    rated = {method for method, _ in hardware.codec_gbps} if hardware is not None else set()
     if compress is None:
-        return DEFAULT_COMPRESS if runtime == "cpu" and times is not None else ()
+        return tuple(method for method in DEFAULT_COMPRESS if profiled or method in rated)
     unknown = sorted(set(compress) - set(METHODS))
     if unknown:
         raise ValueError(f"unknown compression method(s) {', '.join(unknown)}: use {', '.join(METHODS)} or none")
-    if compress and (runtime != "cpu" or times is None):
-        raise ValueError("compression choices are priced by a measured step-time profile: plan with --runtime cpu "
-                         "and --profile (or --measure), or leave --compress out")
+    unpriced = [] if profiled else [method for method in compress if method not in rated]
+    if unpriced:
+        raise ValueError(f"nothing prices the codec's time of {', '.join(unpriced)}: give its throughput measured on "
+                         f"the device (--codec-gbps {unpriced[0]}=GBPS), or plan with --runtime cpu and --profile (or "
+                         "--measure), or leave it out of --compress")
     return tuple(compress)
 
 
@@ -97,17 +104,20 @@ def auto_plan(config: str | Path | Document, *, budget: int | None = None, runti
     context = PlanContext.read(document, runtime, hardware, source.text, output_name or str(path))
     context.times = times
     full, references = _references(context)
-    methods = compression_methods(compress, runtime, times)
+    methods = compression_methods(compress, runtime, times, hardware)
     offered = choices or priced(choice_set(context.cells, swap=runtime == "ascend", full=full, compress=methods),
                                 times)
     context.compress = any(choice.compress for choice in offered)
+    notes = (f"compression is not offered: {context.cells.no_compress}",) if methods and context.cells.no_compress \
+        else ()
     families = _families(offered, swap=runtime == "ascend")
     # the plan's terms, without the plan: what the search is held to and what it is compared with
     blank = AutoPlan(config=str(path), runtime=runtime, budget=budget, host_budget=host_budget, family="counts",
                      stages=(), text="", estimate=references["nothing"], references=references,
                      empty=all(stage.peak.peak <= target for stage in references["nothing"].stages), margin=margin,
                      target=target, budget_source=resolved.source,
-                     time_source=times.source if times is not None else f"FLOP model at {hardware.tflops:g} TFLOPS")
+                     time_source=times.source if times is not None else
+                     f"FLOP model at {hardware.tflops:g} TFLOPS{hardware.codec_text()}", notes=notes)
     try:
         best = _keep_everything(context, families["counts"], target) if blank.empty else \
             _best_family(context, families, target, host_budget)
@@ -148,7 +158,7 @@ def _written(context: PlanContext, families: dict[str, list[Choice]], blank: Aut
     repairs += [f"stage {stage.stage}: the search stopped at its time limit; the plan is the best it found, not "
                 "proven the fastest" for stage in stages if not stage.proven]
     header = plan_header(name, blank.budget, blank.host_budget, blank.runtime, stages, estimate, blank.references,
-                         context.cells, blank.margin)
+                         context.cells, blank.margin, profiled=context.times is not None)
     return replace(blank, family=name, stages=tuple(stages), text=context.text_of(assignment_of(stages), header),
                    estimate=estimate, repairs=tuple(repairs), compress=methods if context.compress else ())
 

@@ -110,7 +110,8 @@ def communication(plan: Plan, kind: ModelSpec, parallel: ParallelSpec, runtime: 
 def _times(footprint: Footprint, count: int) -> Footprint:
     effect = footprint.effect
     return replace(footprint, effect=replace(effect, tensors=effect.tensors * count,
-                                             recompute_flops=effect.recompute_flops * count),
+                                             recompute_flops=effect.recompute_flops * count,
+                                             codec=effect.codec * count),
                    rebuilt_at_once=footprint.rebuilt)
 
 
@@ -120,29 +121,32 @@ def _with_followers(footprint: Footprint, followers: dict[Choice, Footprint]) ->
     other = followers[footprint.choice]
     effect = footprint.effect
     return replace(footprint, effect=replace(effect, tensors=effect.tensors + other.effect.tensors,
-                                             recompute_flops=effect.recompute_flops + other.effect.recompute_flops),
+                                             recompute_flops=effect.recompute_flops + other.effect.recompute_flops,
+                                             codec=effect.codec + other.effect.codec,
+                                             backward_extra=max(effect.backward_extra, other.effect.backward_extra)),
                    attention_rebuilt=footprint.attention_rebuilt or other.attention_rebuilt,
                    rebuilt_at_once=max(footprint.rebuilt, other.rebuilt))
 
 
 def _option(footprint: Footprint, runtime: str, forward_s: float, remaining_s: float, steps: int,
             hardware: Hardware, times: TimeTable | None = None) -> Option | None:
-    recompute_s = hardware.seconds(footprint.effect.recompute_flops)
+    recompute_s = hardware.added_seconds(footprint.effect)
     if times is not None:   # the profile's time is per whole step already: no micro-batch factor
         recompute_s, steps = times.seconds(footprint.choice), 1
     if runtime == "cpu":   # nothing moves on CPU: a swapped tensor stays in the pool
         return Option(choice=footprint.choice, kept=footprint.kept, rebuilt=footprint.rebuilt, swapped=0,
                       attention=footprint.attention_rebuilt, seconds=steps * recompute_s)
     if not footprint.choice.swaps:
-        return Option(choice=footprint.choice, kept=footprint.kept, rebuilt=footprint.rebuilt, swapped=0,
+        return Option(choice=footprint.choice, kept=footprint.kept, rebuilt=footprint.held_in_backward, swapped=0,
                       attention=footprint.attention_rebuilt, seconds=steps * recompute_s)
     prefetch = hidden_prefetch(hardware.transfer(footprint.swapped), forward_s, remaining_s,
                                hardware.operators_per_layer)
     if prefetch is None or not footprint.swapped:
         return None
     # the swap is hidden: it adds no time (the search breaks ties toward swapping less)
-    return Option(choice=footprint.choice, kept=footprint.kept, rebuilt=footprint.rebuilt, swapped=footprint.swapped,
-                  attention=footprint.attention_rebuilt, seconds=steps * recompute_s, prefetch=prefetch)
+    return Option(choice=footprint.choice, kept=footprint.kept, rebuilt=footprint.held_in_backward,
+                  swapped=footprint.swapped, attention=footprint.attention_rebuilt, seconds=steps * recompute_s,
+                  prefetch=prefetch)
 
 
 def hidden_prefetch(transfer_s: float, forward_s: float, remaining_s: float, operators: int) -> int | None:

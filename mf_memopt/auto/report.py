@@ -33,6 +33,7 @@ def auto_text(result: AutoPlan) -> str:
         lines.append(f"the budget is at or above the peak without any recompute or swap "
                      f"({human(max(stage.peak.peak for stage in nothing.stages))}): the plan is empty")
     lines += [f"repair: {note}" for note in result.repairs]
+    lines += [f"note: {note}" for note in result.notes]
     if not result.fits:
         lines.append("WARNING: the estimate of the written plan is over the budget in some stage")
     return "\n".join(lines)
@@ -55,7 +56,7 @@ def auto_json(result: AutoPlan) -> dict:
         "margin": result.margin, "target_bytes": result.target,
         "host_budget_bytes": None if result.host_budget == INFINITE else result.host_budget,
         "family": result.family, "time_source": result.time_source, "priced_added_seconds": result.priced_s,
-        "empty": result.empty, "fits": result.fits, "feasible": True,
+        "empty": result.empty, "fits": result.fits, "feasible": True, "notes": list(result.notes),
         "stages": [_stage_json(plan, stage) for plan, stage in zip(result.stages, result.estimate.stages)],
         "references": {name: _reference(estimate) for name, estimate in result.references.items()},
         "repairs": list(result.repairs), "yaml": result.text}

@@ -67,6 +67,7 @@ class AutoPlan:
     budget_source: str = "--device-memory"  # where the budget came from (`estimate.budget.device_budget`)
     time_source: str = "FLOP model"         # what priced the choices: a measured profile (`timing.py`) or FLOPs
     compress: tuple[str, ...] = ()          # the compression methods among the choices (`planner.compression_methods`)
+    notes: tuple[str, ...] = ()             # what the choices left out, and why
 
     @property
     def priced_s(self) -> float:

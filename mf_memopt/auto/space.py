@@ -87,7 +87,7 @@ class PlanSpace:
         if self.times is not None:
             priced = sum(self.times.seconds(choice) for choice in choices)
         else:       # the FLOP model, as the estimator prices recompute
-            priced = sum(stage.recompute_s for stage in estimate.stages)
+            priced = sum(stage.recompute_s + stage.codec_s for stage in estimate.stages)
         return Candidate(choices=choices, peak=max(stage.peak.peak for stage in estimate.stages), priced_s=priced,
                          estimate=estimate)
 
@@ -124,10 +124,10 @@ def written_as(context: PlanContext, best: AutoPlan, choices: tuple[Choice, ...]
         mine = tuple(Option(choice=at[layer], kept=0, rebuilt=0, swapped=0, attention=False,
                             seconds=times.seconds(at[layer]) if times is not None else 0.0) for layer in members)
         searched = (sum(option.seconds for option in mine) if times is not None
-                    else estimate.stages[stage].recompute_s)
+                    else estimate.stages[stage].recompute_s + estimate.stages[stage].codec_s)
         stages.append(StagePlan(stage=stage, layers=members, options=mine, budget=best.target, searched_s=searched))
     header = plan_header("counts", best.budget, best.host_budget, context.runtime, stages, estimate, best.references,
-                         context.cells, best.margin)
+                         context.cells, best.margin, profiled=context.times is not None)
     text = context.text_of(assignment_of(stages), header)
     return replace(best, family="counts", stages=tuple(stages), text=text, estimate=estimate, repairs=(),
                    empty=best.empty and all(choice == KEEP for choice in choices))

@@ -24,7 +24,11 @@ or SiLU's gradient runs, beside a finished block) and the partial weight gradien
 first is made after the weight's float32 copy is freed by the input gradient, its one reader).
 
 Work: quantising costs about 12 element-wise operations per element in the forward pass
-and 6 in the backward (decompression); lossless costs one multiplication per element.
+and 6 in the backward (decompression); lossless costs one multiplication per element. Its
+time is not modelled from them: each compressed input's bytes are recorded per method
+(`LayerEffect.codec`) and priced by a throughput measured on the device
+(`transfer.Hardware.codec_gbps`). The ascend runtime's working set counts `backward_extra`
+too (`memory.py`): the same codec, and the same restore blocks, run there.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ def compress_effect(plan: LayerPlan, effect: LayerEffect, compression: Compressi
     if not plan.op_compress:
         return effect
     by_cell = _cells(plan.op_compress, compression)
-    tensors, notes, work = [], list(effect.notes), 0
+    tensors, notes, work, codec = [], list(effect.notes), 0, []
     rebuilt = {role for target in compression.targets if target.cell in by_cell for role in target.also_frees}
     for item in effect.tensors:
         if item.fate == "kept" and item.saved.role in rebuilt:
@@ -65,6 +69,7 @@ def compress_effect(plan: LayerPlan, effect: LayerEffect, compression: Compressi
                      for target in users)
         work += sum(elements * (QUANTISE_OPS + DEQUANTISE_OPS) if by_cell[target.cell].method != "lossless"
                     else elements for target in users)
+        codec += [(by_cell[target.cell].method, elements * element_bytes) for target in users]
         label = ", ".join(f"{target.cell} {by_cell[target.cell].method}" for target in users)
         tensors.append(TensorFate(saved=replace(item.saved, what=f"{item.saved.what}, compressed ({label})",
                                                 nbytes=stored), fate="kept", rule=by_cell[users[0].cell].origin.key))
@@ -76,7 +81,8 @@ def compress_effect(plan: LayerPlan, effect: LayerEffect, compression: Compressi
         notes.append(f"compression work: about {work / 1e6:.1f} M element operations per layer and step")
     extra = max((_backward_extra(compression.target(cell), use, model, element_bytes) for cell, use in by_cell.items()),
                 default=0) if model is not None else 0
-    return replace(effect, tensors=tuple(tensors), notes=tuple(notes), backward_extra=extra)
+    return replace(effect, tensors=tuple(tensors), notes=tuple(notes), backward_extra=extra,
+                   codec=effect.codec + tuple(codec))
 
 
 def _backward_extra(target: Target, use: CompressUse, model, element_bytes: int) -> int:

@@ -61,10 +61,11 @@ class StageEstimate:
     recompute_s: float
     stall_s: float
     fits: bool
+    codec_s: float = 0.0            # per step: compress and restore (the methods `Hardware.codec_gbps` prices)
 
     @property
     def overhead(self) -> float:
-        return (self.recompute_s + self.stall_s) / self.compute_s if self.compute_s else 0.0
+        return (self.recompute_s + self.codec_s + self.stall_s) / self.compute_s if self.compute_s else 0.0
 
     def to_dict(self) -> dict:
         return {"stage": self.stage, "layers": list(self.layers), "parameters": self.parameters,
@@ -74,7 +75,8 @@ class StageEstimate:
                 "working_bytes": self.peak.part("working"),
                 "host_bytes": self.host_bytes, "d2h_bytes_per_step": self.traffic_bytes,
                 "h2d_bytes_per_step": self.traffic_bytes, "compute_seconds": self.compute_s,
-                "recompute_seconds": self.recompute_s, "swap_stall_seconds": self.stall_s,
+                "recompute_seconds": self.recompute_s, "codec_seconds": self.codec_s,
+                "swap_stall_seconds": self.stall_s,
                 "overhead": self.overhead, "fits": self.fits}
 
 
@@ -168,6 +170,7 @@ def _estimate(plan: Plan, model: ModelSpec, parallel: ParallelSpec, optimizer: O
         stages.append(_stage(model, parallel, optimizer, plan, stage, stage_effects, transfers, runtime, hardware,
                              sum(flops)))
     notes = sorted({note for effect, _ in units.values() for note in effect.notes})
+    notes += codec_notes([effect for effect, _ in units.values()], hardware)
     if runtime == "cpu":
         notes += runtime_version_notes(estimator.cpu_measured_on)
     elif seqpipe_note(parallel):
@@ -199,4 +202,13 @@ def _stage(model: ModelSpec, parallel: ParallelSpec, optimizer: OptimizerSpec, p
         compute_s=steps * 3 * hardware.seconds(forward_flops),
         recompute_s=steps * hardware.seconds(sum(effect.recompute_flops for effect in effects)),
         stall_s=steps * sum(item.forward_stall_s + item.backward_stall_s for item in transfers),
-        fits=peak.peak <= hardware.device_memory)
+        fits=peak.peak <= hardware.device_memory, codec_s=steps * sum(map(hardware.codec_seconds, effects)))
+
+
+def codec_notes(effects: list[LayerEffect], hardware: Hardware) -> list[str]:
+    """A note naming the compression methods whose codec time is not counted (no `Hardware.codec_gbps` figure)."""
+    unpriced = sorted({method for effect in effects for method, _ in effect.codec} - set(dict(hardware.codec_gbps)))
+    if not unpriced:
+        return []
+    return [f"the codec's time is not counted for {', '.join(unpriced)}: give its compress + restore throughput "
+            f"measured on the device with --codec-gbps (e.g. {unpriced[0]}=40, in GB/s of its input)"]

@@ -55,6 +55,7 @@ class LayerEffect:
     recomputed_ops: tuple[str, ...] = ()   # matmul paths (layer_ops) whose forward is run again in the backward
     recompute_scoped: tuple[str, ...] = ()  # matmul paths inside a recomputed scope (their weight casts run again)
     backward_extra: int = 0          # bytes the layer's backward holds beyond its kept tensors (compression)
+    codec: tuple[tuple[str, int], ...] = ()  # (method, input bytes) compressed and restored per micro-batch
 
     def bytes(self, fate: Fate | None = None) -> int:
         return sum(item.saved.nbytes for item in self.tensors if fate is None or item.fate == fate)

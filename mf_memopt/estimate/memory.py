@@ -249,7 +249,8 @@ def _backward_moment(model: ModelSpec, parallel: ParallelSpec, optimizer: Optimi
     model_level = (c * dim.bsh if first else 0) + (heads * (c * dim.bsh + FP32 * dim.bs + FP32 * model.batch
                                                             * model.seq * model.vocab // parallel.tensor)
                                                    if last else 0)
-    rebuilt = max((effect.bytes("recomputed") for effect in effects), default=0)
+    # a layer's backward holds what it rebuilds and what its codec restores (`LayerEffect.backward_extra`)
+    rebuilt = max((effect.bytes("recomputed") + effect.backward_extra for effect in effects), default=0)
     loss = 2 * FP32 * model.batch * model.seq * model.vocab // parallel.tensor if last else 0
     components = _resident(model, parallel, optimizer, params)
     # levels 1 and 2 of the parallel optimizer keep the forward's all-gathered weight for the backward; level3

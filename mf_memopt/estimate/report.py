@@ -65,7 +65,7 @@ def estimate_text(estimate: Estimate) -> str:
     hardware = estimate.hardware
     lines = [f"{estimate.config}: {estimate.runtime} runtime; device memory {human(hardware.device_memory)} (from "
              f"{estimate.budget_source}), {hardware.tflops:g} TFLOPS, host link {hardware.host_gbps:g} GB/s per "
-             "direction"]
+             "direction" + hardware.codec_text()]
     if estimate.step is not None:
         lines.append(f"training step: {estimate.step.describe()}")
     lines += ["", *_table(_stage_rows(estimate)), ""]
@@ -82,8 +82,10 @@ def estimate_text(estimate: Estimate) -> str:
 
 
 def _stage_rows(estimate: Estimate) -> list[list[str]]:
+    codec = any(stage.codec_s for stage in estimate.stages)    # a column only where a codec time is counted
     rows = [["stage", "layers", "peak", "fits", "static", "activations", "working set", "in flight", "host (swap)",
-             "D2H = H2D / step", "compute / step", "recompute", "swap stalls", "overhead"]]
+             "D2H = H2D / step", "compute / step", "recompute", *(["codec"] if codec else []), "swap stalls",
+             "overhead"]]
     for stage in estimate.stages:
         peak = stage.peak
         mtp = estimate.model.mtp_layers if stage.stage == len(estimate.stages) - 1 else 0
@@ -91,7 +93,8 @@ def _stage_rows(estimate: Estimate) -> list[list[str]]:
                      human(peak.peak), "yes" if stage.fits else "NO", human(peak.part("static")),
                      human(peak.part("activations")), human(peak.part("working")), f"{stage.in_flight:g}",
                      human(stage.host_bytes), human(stage.traffic_bytes), f"{stage.compute_s * 1e3:.1f} ms",
-                     f"{stage.recompute_s * 1e3:.1f} ms", f"{stage.stall_s * 1e3:.1f} ms", f"{stage.overhead:.1%}"])
+                     f"{stage.recompute_s * 1e3:.1f} ms", *([f"{stage.codec_s * 1e3:.1f} ms"] if codec else []),
+                     f"{stage.stall_s * 1e3:.1f} ms", f"{stage.overhead:.1%}"])
     return rows
 
 
@@ -194,3 +197,4 @@ def _stage_bars(axes, estimate: Estimate) -> None:
     axes.set_xlabel("pipeline stage")
     axes.set_ylabel(f"peak memory, {unit}")
     axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
+

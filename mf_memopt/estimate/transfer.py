@@ -38,9 +38,30 @@ class Hardware:
     tflops: float = DEFAULT_TFLOPS  # sustained dense fp16/bf16 TFLOPS of one device
     host_gbps: float = DEFAULT_HOST_GBPS  # device<->host bandwidth per direction, GB/s
     operators_per_layer: int = 30   # forward operators of one decoder layer, to turn backward_prefetch into time
+    # (method, GB/s): a compression method's compress + restore on one device, over its input's bytes, as measured
+    # there; a method without a figure costs no time here (`estimate.core` notes it), and `auto` does not offer it
+    codec_gbps: tuple[tuple[str, float], ...] = ()
 
     def seconds(self, flops: float) -> float:
         return flops / (self.tflops * 1e12)
+
+    def codec_rate(self, method: str) -> float | None:
+        """The codec's GB/s for `method`, or None where no figure was given."""
+        return dict(self.codec_gbps).get(method)
+
+    def codec_seconds(self, effect: LayerEffect) -> float:
+        """A layer's compress and restore per micro-batch, for the methods this hardware has a figure for."""
+        rates = dict(self.codec_gbps)
+        return sum(nbytes / (rates[method] * 1e9) for method, nbytes in effect.codec if method in rates)
+
+    def codec_text(self) -> str:
+        """`, codec int8 40 GB/s, lossless 300 GB/s` where there are codec figures; else nothing."""
+        return "".join(f", codec {method} {rate:g} GB/s" if index == 0 else f", {method} {rate:g} GB/s"
+                       for index, (method, rate) in enumerate(self.codec_gbps))
+
+    def added_seconds(self, effect: LayerEffect) -> float:
+        """What a layer's plan adds to its backward per micro-batch: the FLOPs it recomputes and its codec."""
+        return self.seconds(effect.recompute_flops) + self.codec_seconds(effect)
 
     def transfer(self, nbytes: float) -> float:
         return nbytes / (self.host_gbps * 1e9)
@@ -61,7 +82,7 @@ class LayerTransfer:
 def swap_timeline(effects: list[LayerEffect], forward_flops: list[int], hardware: Hardware) -> list[LayerTransfer]:
     """One micro-batch through the layers of one stage (in forward order)."""
     forward = [hardware.seconds(flops) for flops in forward_flops]
-    backward = [2 * seconds + hardware.seconds(effect.recompute_flops) for seconds, effect in zip(forward, effects)]
+    backward = [2 * seconds + hardware.added_seconds(effect) for seconds, effect in zip(forward, effects)]
     swapped = [effect.bytes("swapped") for effect in effects]
     windows = [_window(effect, seconds, hardware) for effect, seconds in zip(effects, forward)]
     resident = _resident(swapped, forward, windows, hardware)

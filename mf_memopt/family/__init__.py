@@ -84,6 +84,8 @@ class AutoCells:
     whose Linear inputs the pattern matches."""
     lossless: tuple[str, str] | None = None
     """(cell, op_compress pattern) `auto` may compress losslessly (`method: lossless`), or None."""
+    no_compress: str = ""
+    """Why this YAML's model may not be compressed at all (`compress` and `lossless` are then empty)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -80,18 +80,19 @@ def test_mcore_linears_are_compressed_as_the_estimate_counts_them(tmp_path):
 
 
 def test_compression_needs_a_measured_profile(capsys):
-    """Nothing models the codec's time: without a profile compression is not offered, and asking for it is refused."""
+    """Nothing models the codec's time: without a profile (or a codec throughput measured on the device,
+    tests/unit/test_auto_codec.py) compression is not offered, and asking for it is refused."""
     flops = auto_plan(TINY, budget=52 * MiB, runtime="cpu", margin=0.0)
     assert not any(option.choice.compress for option in flops.stages[0].options)
     assert "compress_config:\n  compress: True" not in flops.text
-    with pytest.raises(ValueError, match="measured step-time profile"):
+    with pytest.raises(ValueError, match="nothing prices the codec's time of int8"):
         auto_plan(TINY, budget=52 * MiB, runtime="cpu", compress=("int8",))
     assert main(["auto", str(TINY), "--runtime", "cpu", "--device-memory", "52MiB", "--compress", "int8"]) == 2
     assert "add --profile (or --measure)" in capsys.readouterr().err
     assert main(["auto", str(TINY), "--device-memory", "52MiB", "--compress", "int3"]) == 2
     assert "unknown method(s) int3" in capsys.readouterr().err
     assert main(["auto", str(TINY), "--device-memory", "52GiB", "--compress", "int8"]) == 2
-    assert "use it with --runtime cpu" in capsys.readouterr().err
+    assert "give its throughput measured on the device (--codec-gbps int8=GBPS)" in capsys.readouterr().err
 
 
 def test_a_compression_the_profile_has_no_time_for_is_not_offered():

@@ -32,15 +32,19 @@ def model_issues(source: Source) -> list[ConfigIssue]:
                                    f"multiple of num_key_value_heads ({kv_heads})",
                                    "each key/value head serves num_attention_heads / num_key_value_heads query heads"))
     if source.get(("compress_config", "compress")) is True and tp and tp > 1:
-        issues.append(source.issue(_TP, f"compress_config with model_parallel {tp}: an mcore compressed linear "
-                                   "computes its matmul outside MindFormers' Morph, which holds the tensor-parallel "
-                                   "reduction and sharding", "use model_parallel: 1 with compression, or recompute "
-                                   "the MLP instead"))
+        issues.append(source.issue(_TP, f"compress_config with {_no_compression(tp)}", "use model_parallel: 1 with "
+                                   "compression, or recompute the MLP instead"))
     for name, value in (("num_attention_heads", heads), ("num_key_value_heads", kv_heads)):
         if value and tp and value % tp:
             issues.append(source.issue(_TP, f"{name} ({value}) is not a multiple of model_parallel ({tp})",
                                        "MindFormers splits the attention heads evenly over model_parallel"))
     return issues + _build_issues(source, heads, kv_heads) + _moe_issues(source) + _tying_issues(source)
+
+
+def _no_compression(tp: int) -> str:
+    """Why an mcore model under tensor parallelism `tp` > 1 is not compressed."""
+    return (f"model_parallel {tp}: an mcore compressed linear computes its matmul outside MindFormers' Morph, which "
+            "holds the tensor-parallel reduction and sharding")
 
 
 def _build_issues(source: Source, heads: int | None, kv_heads: int | None) -> list[ConfigIssue]:
@@ -238,17 +242,22 @@ class McoreRules(ConfigRules):
         return mcore_view(source)
 
     def auto_cells_for(self, source: Source) -> AutoCells | None:
-        """An MoE model's cells: the MoE block, the attention, the experts, and the shared experts where it has
-        them. Not offered: the router (recomputing it saves nothing: its input is kept for the experts, measured
-        on the tiny Qwen3-MoE) and the projections of a multi-latent attention (their outputs are not kept for
-        the backward, so recomputing one saves nothing; the attention cell as a whole is offered)."""
+        """This YAML's cells: a dense model's are `AUTO_CELLS`; an MoE model's are the MoE block, the attention, the
+        experts, and the shared experts where it has them; under tensor parallelism none is compressed (the rule
+        `model_issues` checks). Not offered: the router (recomputing it saves nothing: its input is kept for the
+        experts, measured on the tiny Qwen3-MoE) and the projections of a multi-latent attention (their outputs are
+        not kept for the backward, so recomputing one saves nothing; the attention cell as a whole is offered)."""
         view = mcore_view(source)[0]
         arch, _ = architecture(view)
-        if arch is None or not arch.moe:
-            return None
-        if (model_value(view, "n_shared_experts") or 0) > 0:
-            return replace(_MOE_AUTO_CELLS, select=(*_MOE_AUTO_CELLS.select, r"mlp\.shared_experts"))
-        return _MOE_AUTO_CELLS
+        cells = AUTO_CELLS
+        if arch is not None and arch.moe:
+            cells = _MOE_AUTO_CELLS
+            if (model_value(view, "n_shared_experts") or 0) > 0:
+                cells = replace(cells, select=(*cells.select, r"mlp\.shared_experts"))
+        tp = _count(source.get(_TP, 1))
+        if tp and tp > 1 and (cells.compress or cells.lossless):      # the rule `model_issues` checks
+            cells = replace(cells, compress=(), lossless=None, no_compress=_no_compression(tp))
+        return cells
 
     def model_issues(self, source: Source) -> list[ConfigIssue]:
         return model_issues(source)
