@@ -42,7 +42,8 @@ def balance_json(result: Balanced) -> dict:
             "layout": result.layout, "layout_reason": result.why or None, "written": _plan_json(result.written),
             "balanced": _plan_json(result.balanced),
             "step_time_ratio": result.ratio, "planning_seconds": result.wall_s, "family": result.plan.family,
-            "repairs": [*result.notes, *result.plan.repairs], "notes": list(result.plan.notes), "yaml": result.text}
+            "repairs": [*result.notes, *result.plan.repairs], "notes": list(result.plan.notes),
+            "compress_methods": list(result.plan.compress), "yaml": result.text}
 
 
 def balance_infeasible_text(error: InfeasibleBudget) -> str:

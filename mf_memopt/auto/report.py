@@ -57,6 +57,7 @@ def auto_json(result: AutoPlan) -> dict:
         "host_budget_bytes": None if result.host_budget == INFINITE else result.host_budget,
         "family": result.family, "time_source": result.time_source, "priced_added_seconds": result.priced_s,
         "empty": result.empty, "fits": result.fits, "feasible": True, "notes": list(result.notes),
+        "compress_methods": list(result.compress),
         "stages": [_stage_json(plan, stage) for plan, stage in zip(result.stages, result.estimate.stages)],
         "references": {name: _reference(estimate) for name, estimate in result.references.items()},
         "repairs": list(result.repairs), "yaml": result.text}

@@ -143,6 +143,9 @@ def test_the_balance_compresses_the_first_stage_and_writes_what_it_planned(tmp_p
     assert main(["auto", str(PIPELINE), "--balance", "--device-memory", "30GiB", "--host-memory", "2GiB",
                  "--codec-gbps", "int8=100,lossless=300", "--output", str(written)]) == 0
     assert "compress feed_forward lossless" in capsys.readouterr().out
+    assert main(["auto", str(PIPELINE), "--balance", "--device-memory", "30GiB", "--host-memory", "2GiB",
+                 "--codec-gbps", "int8=100,lossless=300", "--json"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["compress_methods"] == ["int8", "lossless"]
     assert yaml.safe_load(written.read_text()) == yaml.safe_load(fast.text)
     assert load_plan(written).warnings == ()
     section = yaml.safe_load(written.read_text())["compress_config"]
