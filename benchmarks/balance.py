@@ -12,8 +12,15 @@
    its budget, never slower for a larger budget, and `--balance` plans the layout as written as `auto` does.
 3. **Host memory.** Qwen3 32B at 44 GiB with `--host-memory 4GiB`: `auto` (target under 5 s) and `auto --balance`
    (under 10 s).
+4. **Compression** (`--codec-gbps`). The shipped YAMLs run mcore models under model_parallel > 1, where compression
+   is refused, so: `configs/planning/llama2_7b_swap_pp2.yaml` (tp 1), 2 GiB of host memory, budgets 22-36 GiB: the
+   balanced step with each codec figure (one GB/s for int8 and lossless) over the step without compression, and the
+   layers compressed per stage; then the properties of 2. on the random layouts' first `--codec-layouts` with a
+   100 GB/s codec. The figures are assumed (no device here measures a codec), so the table reads as: at what codec
+   throughput would compression pay on this config.
 
-    python benchmarks/balance.py [--step 0.1] [--layouts 50] [--points 12] [--seed 20261128] [--quick]
+    python benchmarks/balance.py [--step 0.1] [--layouts 50] [--points 12] [--seed 20261128] [--codec-layouts 10]
+        [--quick]
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from benchmarks.common import load_note, print_table  # noqa: E402
 from benchmarks.planner_properties import random_layout, sweep  # noqa: E402
 from mf_memopt.auto import InfeasibleBudget, auto_plan  # noqa: E402
 from mf_memopt.auto.balance import balance_plan  # noqa: E402
+from mf_memopt.estimate import Hardware  # noqa: E402
 from mf_memopt.estimate.report import human  # noqa: E402
 
 WHEEL = Path(importlib.util.find_spec("mindformers").origin).parents[1] / "configs"
@@ -48,14 +56,16 @@ def main() -> int:
     parser.add_argument("--layouts", type=int, default=50, help="random layouts to sweep")
     parser.add_argument("--points", type=int, default=12, help="budgets per random layout")
     parser.add_argument("--seed", type=int, default=20261128)
-    parser.add_argument("--quick", action="store_true", help="1 GiB steps, 5 layouts of 4 budgets")
+    parser.add_argument("--codec-layouts", type=int, default=10, help="random layouts swept with a codec")
+    parser.add_argument("--quick", action="store_true", help="1 GiB steps, 5 layouts of 4 budgets (2 with a codec)")
     args = parser.parse_args()
     if args.quick:
-        args.step, args.layouts, args.points = 1.0, 5, 4
+        args.step, args.layouts, args.points, args.codec_layouts = 1.0, 5, 4, 2
     print(load_note())
     written_against_balanced()
     failures = shipped_properties(args.step) + random_properties(args.layouts, args.points, args.seed)
     host_memory()
+    failures += compression(args.codec_layouts, args.points, args.seed)
     print(f"\nproperties: {'all held' if not failures else f'{len(failures)} FAILED'}")
     for line in failures:
         print(f"  {line}")
@@ -107,17 +117,18 @@ def shipped_properties(step: float) -> list[str]:
     return failures
 
 
-def random_properties(layouts: int, points: int, seed: int) -> list[str]:
+def random_properties(layouts: int, points: int, seed: int, hardware: Hardware | None = None) -> list[str]:
     rng, rows, failures = random.Random(seed), [], []
     with tempfile.TemporaryDirectory(prefix="mf_memopt_layouts_") as tmp:
         for index in range(layouts):
             path, started = random_layout(rng, Path(tmp), f"layout{index}"), time.perf_counter()
-            report = sweep(path, steps=points - 1)
+            report = sweep(path, steps=points - 1, hardware=hardware)
             failures += [f"random layout {index}: {line}" for line in report.failures]
             rows.append([index, _describe(path), human(report.auto_minimum), human(report.balance_minimum),
                          report.budgets, len(report.failures), f"{time.perf_counter() - started:.1f}"])
-    print_table(f"{layouts} random Llama pipeline layouts (seed {seed}), {points} budgets each from the smaller named "
-                "minimum to 5% past the no-recompute peak",
+    codec = "".join(f", {method} {rate:g} GB/s" for method, rate in hardware.codec_gbps) if hardware else ""
+    print_table(f"{layouts} random Llama pipeline layouts (seed {seed}{codec}), {points} budgets each from the smaller "
+                "named minimum to 5% past the no-recompute peak",
                 ["layout", "layers / stages x chunks / micro-batches / tp / hidden / seq", "auto's minimum",
                  "--balance's minimum", "budgets", "properties failed", "seconds"], rows)
     return failures
@@ -147,6 +158,23 @@ def host_memory() -> None:
     print_table("Qwen3 32B at 44 GiB with a host-memory cap (the layer-by-layer search took 70 s at 2 GiB, 172 s at "
                 "4 GiB, and over 300 s with --balance)", ["command", "--host-memory", "plan", "seconds", "in time"],
                 rows)
+
+
+def compression(layouts: int, points: int, seed: int) -> list[str]:
+    path, rates, rows = REPO / "configs/planning/llama2_7b_swap_pp2.yaml", (10.0, 30.0, 100.0, 300.0), []
+    for budget in range(22, 37, 2):
+        plain = balance_plan(path, budget=budget * GiB, host_budget=2 * GiB)
+        row: list = [f"{budget} GiB", f"{plain.balanced.step_s:.3f}"]
+        for rate in rates:
+            result = balance_plan(path, budget=budget * GiB, host_budget=2 * GiB,
+                                  hardware=Hardware(codec_gbps=(("int8", rate), ("lossless", rate))))
+            layers = [sum(1 for option in stage.options if option.choice.compress) for stage in result.plan.stages]
+            row.append(f"{result.balanced.step_s / plain.balanced.step_s:.3f} ({'+'.join(map(str, layers))})")
+        rows.append(row)
+    print_table("llama2_7b_swap_pp2 (2 stages, 8 micro-batches, tp 1), 2 GiB host memory: --balance's step with a "
+                "codec over its step without compression (layers compressed in stage 0 + stage 1)",
+                ["budget", "step without (s)", *(f"{rate:g} GB/s" for rate in rates)], rows)
+    return random_properties(layouts, points, seed, Hardware(codec_gbps=(("int8", 100.0), ("lossless", 100.0))))
 
 
 if __name__ == "__main__":
