@@ -191,7 +191,7 @@ def draw(state: dict, png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    widths = [width for width in state if all("ratio" in entry for entry in state[width].values())]
+    widths = [width for width in sorted(state, key=int) if all("ratio" in entry for entry in state[width].values())]
     figure, axes = plt.subplots(1, len(widths), figsize=(max(7, 6 * len(widths)), 5.5), squeeze=False)
     for axis, width in zip(axes[0], widths):
         results = state[width]
