@@ -12,7 +12,7 @@ def balance_text(result: Balanced) -> str:
     written, balanced = result.written, result.balanced
     lines = [f"{result.config}: ascend runtime; budget {human(result.budget)} of device memory per stage "
              f"(from {result.budget_source}); "
-             f"pipeline layout and plan chosen for the least predicted step time",
+             f"pipeline layout and plan chosen for the least predicted step time ({result.plan.time_source})",
              f"offsets as written: {written.offsets}",
              f"offsets balanced:   {balanced.offsets}"
              + (f"  (the layout as written: {result.why})" if result.layout == "as written" else ""), ""]
