@@ -54,9 +54,7 @@ class Backend(Protocol):
 
 def backend_of(family: ModelFamily) -> Backend:
     """The family's backend."""
-    backend = family.parts.backend.get()
-    if not isinstance(backend, Backend):
-        raise TypeError(f"{family.name}'s backend part {family.parts.backend} is not a Backend")
+    backend: Backend = family.part("backend", Backend)
     return backend
 
 

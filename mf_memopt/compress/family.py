@@ -81,7 +81,5 @@ class Compression(Protocol):
 
 def compression_of(family: ModelFamily) -> Compression:
     """The family's compression targets and replacement cells."""
-    compression = family.parts.compression.get()
-    if not isinstance(compression, Compression):
-        raise TypeError(f"{family.name}'s compression part {family.parts.compression} is not a Compression")
+    compression: Compression = family.part("compression", Compression)
     return compression

@@ -58,9 +58,7 @@ class ConfigRules(Protocol):
 
 def rules_of(family: ModelFamily) -> ConfigRules:
     """The family's config rules."""
-    rules = family.parts.rules.get()
-    if not isinstance(rules, ConfigRules):
-        raise TypeError(f"{family.name}'s rules part {family.parts.rules} is not a ConfigRules")
+    rules: ConfigRules = family.part("rules", ConfigRules)
     return rules
 
 

@@ -64,9 +64,7 @@ class Estimator(Protocol):
 
 def estimator_of(family: ModelFamily) -> Estimator:
     """The family's estimator."""
-    estimator = family.parts.estimator.get()
-    if not isinstance(estimator, Estimator):
-        raise TypeError(f"{family.name}'s estimator part {family.parts.estimator} is not an Estimator")
+    estimator: Estimator = family.part("estimator", Estimator)
     return estimator
 
 

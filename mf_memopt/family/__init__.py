@@ -122,6 +122,16 @@ class ModelFamily:
     primitive_recompute: bool = False
     """A select pattern naming a primitive rebuilds its output."""
 
+    def part(self, name: str, kind: type) -> Any:
+        """The part `name` of `parts`, imported, refused with a `TypeError` naming the family and the part unless it
+        is a `kind` (the stage's contract; each stage's accessor types the result)."""
+        reference = getattr(self.parts, name)
+        value = reference.get()
+        if not isinstance(value, kind):
+            article = "an" if kind.__name__[0] in "AEIOU" else "a"
+            raise TypeError(f"{self.name}'s {name} part {reference} is not {article} {kind.__name__}")
+        return value
+
 
 REGISTRY: dict[str, Part[ModelFamily]] = {
     "llama": Part("mf_memopt.models.llama", "LLAMA"),
