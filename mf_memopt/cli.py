@@ -379,6 +379,7 @@ def _estimate(args: argparse.Namespace) -> int:
 
 
 def _auto(args: argparse.Namespace) -> int:
+    from .auto.planner import compression_problem
     from .runs.measure import MeasureError
 
     problem = _auto_problem(args)
@@ -390,7 +391,7 @@ def _auto(args: argparse.Namespace) -> int:
     output = Path(args.output) if args.output else None
     margin = args.margin if args.margin is not None else (0.0 if args.measure else None)
     compress = _methods(args.compress)
-    problem = _compress_problem(compress, args.runtime, args.codec_gbps)
+    problem = compression_problem(compress, args.runtime, None, _hardware(args, budget), profile_pending=True)
     if problem:
         print(f"auto: --compress: {problem}", file=sys.stderr)
         return 2
@@ -402,11 +403,9 @@ def _auto(args: argparse.Namespace) -> int:
     except MeasureError as error:
         print(f"auto --profile: {error}", file=sys.stderr)
         return 1
-    unpriced = _unpriced(compress, args.codec_gbps) if times is None else []
-    if unpriced:
-        print(f"auto: --compress: nothing prices the codec's time of {', '.join(unpriced)}: add --profile (or "
-              f"--measure), or give its throughput measured on the device (--codec-gbps {unpriced[0]}=GBPS)",
-              file=sys.stderr)
+    problem = compression_problem(compress, args.runtime, times, _hardware(args, budget))
+    if problem:
+        print(f"auto: --compress: {problem}", file=sys.stderr)
         return 2
     return _auto_plan(args, document, budget, host, margin, output, times, compress)
 
@@ -426,26 +425,6 @@ def _auto_problem(args: argparse.Namespace) -> str | None:
     if args.rivals < 0:
         return f"--rivals must be 0 or more, got {args.rivals}"
     return None
-
-
-def _compress_problem(compress: tuple[str, ...] | None, runtime: str, rates: tuple) -> str | None:
-    """What is wrong with --compress's methods on this runtime, in one line; None when nothing."""
-    from .auto.choices import METHODS
-
-    unknown = sorted(set(compress or ()) - set(METHODS))
-    if unknown:
-        return f"unknown method(s) {', '.join(unknown)} (use {', '.join(METHODS)}, or none)"
-    unpriced = _unpriced(compress, rates)
-    if unpriced and runtime != "cpu":
-        return (f"nothing prices the codec's time of {', '.join(unpriced)} on the ascend runtime: give its throughput "
-                f"measured on the device (--codec-gbps {unpriced[0]}=GBPS), or plan with --runtime cpu and a "
-                "measured profile")
-    return None
-
-
-def _unpriced(compress: tuple[str, ...] | None, rates: tuple) -> list[str]:
-    """The methods of --compress that --codec-gbps has no figure for."""
-    return [method for method in compress or () if method not in dict(rates)]
 
 
 def _time_profile(args: argparse.Namespace, document: Document, compress: tuple[str, ...] | None):

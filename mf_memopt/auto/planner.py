@@ -57,23 +57,41 @@ DEFAULT_COMPRESS = ("int8", "lossless")
 
 def compression_methods(compress: tuple[str, ...] | None, runtime: str, times: TimeTable | None,
                         hardware: Hardware | None = None) -> tuple[str, ...]:
-    """The compression methods `auto` offers: `compress` as asked (a ValueError where nothing prices one: the codec's
-    time is measured, not modelled), else those of `DEFAULT_COMPRESS` something prices. A measured cpu profile
-    prices every method; otherwise a method is priced by its codec throughput measured on the device
-    (`Hardware.codec_gbps`)."""
-    profiled = runtime == "cpu" and times is not None
-    rated = {method for method, _ in hardware.codec_gbps} if hardware is not None else set()
+    """The compression methods `auto` offers: `compress` as asked (a ValueError where one is not a method or nothing
+    prices it: `compression_problem`), else those of `DEFAULT_COMPRESS` something prices."""
     if compress is None:
-        return tuple(method for method in DEFAULT_COMPRESS if profiled or method in rated)
-    unknown = sorted(set(compress) - set(METHODS))
-    if unknown:
-        raise ValueError(f"unknown compression method(s) {', '.join(unknown)}: use {', '.join(METHODS)} or none")
-    unpriced = [] if profiled else [method for method in compress if method not in rated]
-    if unpriced:
-        raise ValueError(f"nothing prices the codec's time of {', '.join(unpriced)}: give its throughput measured on "
-                         f"the device (--codec-gbps {unpriced[0]}=GBPS), or plan with --runtime cpu and --profile (or "
-                         "--measure), or leave it out of --compress")
+        return tuple(method for method in DEFAULT_COMPRESS if not _unpriced((method,), runtime, times, hardware))
+    problem = compression_problem(compress, runtime, times, hardware)
+    if problem:
+        raise ValueError(problem)
     return tuple(compress)
+
+
+def compression_problem(compress: tuple[str, ...] | None, runtime: str, times: TimeTable | None,
+                        hardware: Hardware | None, *, profile_pending: bool = False) -> str | None:
+    """Why `auto` cannot offer the methods `compress` names, in one line (None when it can): a name that is not a
+    method, or a method nothing prices (the codec's time is measured, not modelled). A measured cpu profile prices
+    every method; otherwise a method is priced by its codec throughput measured on the device
+    (`Hardware.codec_gbps`). With `profile_pending` (cpu, before its profile is read) only the names are checked."""
+    unknown = sorted(set(compress or ()) - set(METHODS))
+    if unknown:
+        return f"unknown method(s) {', '.join(unknown)} (use {', '.join(METHODS)}, or none)"
+    unpriced = [] if profile_pending and runtime == "cpu" else _unpriced(compress or (), runtime, times, hardware)
+    if not unpriced:
+        return None
+    given = f"give its throughput measured on the device (--codec-gbps {unpriced[0]}=GBPS)"
+    if runtime == "cpu":
+        return f"nothing prices the codec's time of {', '.join(unpriced)}: add --profile (or --measure), or {given}"
+    return (f"nothing prices the codec's time of {', '.join(unpriced)} on the ascend runtime: {given}, or plan with "
+            "--runtime cpu and a measured profile")
+
+
+def _unpriced(methods: tuple[str, ...], runtime: str, times: TimeTable | None, hardware: Hardware | None) -> list[str]:
+    """The methods neither a measured cpu profile nor a codec figure of `hardware` prices."""
+    if runtime == "cpu" and times is not None:
+        return []
+    rated = dict(hardware.codec_gbps) if hardware is not None else {}
+    return [method for method in methods if method not in rated]
 
 
 def auto_plan(config: str | Path | Document, *, budget: int | None = None, runtime: str = "ascend",
