@@ -126,7 +126,7 @@ def random_properties(layouts: int, points: int, seed: int, hardware: Hardware |
             failures += [f"random layout {index}: {line}" for line in report.failures]
             rows.append([index, _describe(path), human(report.auto_minimum), human(report.balance_minimum),
                          report.budgets, len(report.failures), f"{time.perf_counter() - started:.1f}"])
-    codec = "".join(f", {method} {rate:g} GB/s" for method, rate in hardware.codec_gbps) if hardware else ""
+    codec = f", {hardware.codec_figures()}" if hardware and hardware.codec_gbps else ""
     print_table(f"{layouts} random Llama pipeline layouts (seed {seed}{codec}), {points} budgets each from the smaller "
                 "named minimum to 5% past the no-recompute peak",
                 ["layout", "layers / stages x chunks / micro-batches / tp / hidden / seq", "auto's minimum",

@@ -116,8 +116,7 @@ def plan_header(family: str, budget: int, host_budget: float, runtime: str, stag
              f"full recompute{moves}: the least predicted added step time with the estimated peak within the budget.",
              f"Written as {form}."]
     if any(option.choice.compress for stage in stages for option in stage.options):
-        codec = "measured in the profile" if profiled else "priced at " + ", ".join(
-            f"{method} {rate:g} GB/s" for method, rate in estimate.hardware.codec_gbps)
+        codec = "measured in the profile" if profiled else f"priced at {estimate.hardware.codec_figures()}"
         lines.append(f"Compression (its codec's time {codec}) was among the choices: compress_config is written too.")
     if margin:
         held = human(budget - round(budget * margin))

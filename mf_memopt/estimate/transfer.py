@@ -45,19 +45,18 @@ class Hardware:
     def seconds(self, flops: float) -> float:
         return flops / (self.tflops * 1e12)
 
-    def codec_rate(self, method: str) -> float | None:
-        """The codec's GB/s for `method`, or None where no figure was given."""
-        return dict(self.codec_gbps).get(method)
-
     def codec_seconds(self, effect: LayerEffect) -> float:
         """A layer's compress and restore per micro-batch, for the methods this hardware has a figure for."""
         rates = dict(self.codec_gbps)
         return sum(nbytes / (rates[method] * 1e9) for method, nbytes in effect.codec if method in rates)
 
+    def codec_figures(self) -> str:
+        """`int8 40 GB/s, lossless 300 GB/s`: the codec figures given ("" without any)."""
+        return ", ".join(f"{method} {rate:g} GB/s" for method, rate in self.codec_gbps)
+
     def codec_text(self) -> str:
         """`, codec int8 40 GB/s, lossless 300 GB/s` where there are codec figures; else nothing."""
-        return "".join(f", codec {method} {rate:g} GB/s" if index == 0 else f", {method} {rate:g} GB/s"
-                       for index, (method, rate) in enumerate(self.codec_gbps))
+        return f", codec {self.codec_figures()}" if self.codec_gbps else ""
 
     def added_seconds(self, effect: LayerEffect) -> float:
         """What a layer's plan adds to its backward per micro-batch: the FLOPs it recomputes and its codec."""

@@ -31,9 +31,10 @@ def model_issues(source: Source) -> list[ConfigIssue]:
         issues.append(source.issue((*MODEL, "num_key_value_heads"), f"num_attention_heads ({heads}) is not a "
                                    f"multiple of num_key_value_heads ({kv_heads})",
                                    "each key/value head serves num_attention_heads / num_key_value_heads query heads"))
-    if source.get(("compress_config", "compress")) is True and tp and tp > 1:
-        issues.append(source.issue(_TP, f"compress_config with {_no_compression(tp)}", "use model_parallel: 1 with "
-                                   "compression, or recompute the MLP instead"))
+    refused = _no_compression(source)
+    if source.get(("compress_config", "compress")) is True and refused:
+        issues.append(source.issue(_TP, f"compress_config with {refused}", "use model_parallel: 1 with compression, "
+                                   "or recompute the MLP instead"))
     for name, value in (("num_attention_heads", heads), ("num_key_value_heads", kv_heads)):
         if value and tp and value % tp:
             issues.append(source.issue(_TP, f"{name} ({value}) is not a multiple of model_parallel ({tp})",
@@ -41,8 +42,11 @@ def model_issues(source: Source) -> list[ConfigIssue]:
     return issues + _build_issues(source, heads, kv_heads) + _moe_issues(source) + _tying_issues(source)
 
 
-def _no_compression(tp: int) -> str:
-    """Why an mcore model under tensor parallelism `tp` > 1 is not compressed."""
+def _no_compression(source: Source) -> str | None:
+    """Why this mcore model may not be compressed (under tensor parallelism), or None."""
+    tp = _count(source.get(_TP, 1))
+    if not tp or tp <= 1:
+        return None
     return (f"model_parallel {tp}: an mcore compressed linear computes its matmul outside MindFormers' Morph, which "
             "holds the tensor-parallel reduction and sharding")
 
@@ -254,9 +258,9 @@ class McoreRules(ConfigRules):
             cells = _MOE_AUTO_CELLS
             if (model_value(view, "n_shared_experts") or 0) > 0:
                 cells = replace(cells, select=(*cells.select, r"mlp\.shared_experts"))
-        tp = _count(source.get(_TP, 1))
-        if tp and tp > 1 and (cells.compress or cells.lossless):      # the rule `model_issues` checks
-            cells = replace(cells, compress=(), lossless=None, no_compress=_no_compression(tp))
+        refused = _no_compression(source)
+        if refused and (cells.compress or cells.lossless):      # the rule `model_issues` checks
+            cells = replace(cells, compress=(), lossless=None, no_compress=refused)
         return cells
 
     def model_issues(self, source: Source) -> list[ConfigIssue]:
